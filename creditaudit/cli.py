@@ -1,0 +1,114 @@
+"""The ``creditaudit`` command line: one subcommand per stage.
+
+Exit codes: 0 success, 1 a check failed, 2 bad usage or input.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+import typer
+from rich.console import Console
+
+from creditaudit import __version__
+from creditaudit.errors import CreditAuditError, NotYetAvailable
+
+__all__ = ["app", "main", "console", "err_console"]
+
+console = Console()
+err_console = Console(stderr=True)
+
+app = typer.Typer(
+    name="creditaudit",
+    help=(
+        "Audit step-level credit signals of LLM agents against executed counterfactual replay, "
+        "under a protocol frozen before any data exists.\n\n"
+        "Stages: protocol -> policy -> collect -> replay -> signals -> audit / arms -> ledger -> report."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        console.print(f"creditaudit {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version_callback, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """creditaudit command line."""
+
+
+def _not_yet(stage: str, issue: str) -> None:
+    raise NotYetAvailable(f"`creditaudit {stage}` is not yet available in creditaudit {__version__} ({issue}).")
+
+
+def _make_stub(stage: str, issue: str):
+    def stub(ctx: typer.Context) -> None:
+        _not_yet(stage, f"planned in the '{issue}' stage")
+
+    stub.__name__ = f"{stage}_not_yet_available"
+    return stub
+
+
+def _register_stages() -> None:
+    from creditaudit.protocol.cli import app as protocol_app
+
+    app.add_typer(protocol_app, name="protocol")
+
+    stubs = {
+        "policy": ("Build or inspect the policy (embedded default or a local Hugging Face model).", "environments and policies"),
+        "games": ("Generate ALFRED-domain games offline and check them solvable.", "environments and policies"),
+        "collect": ("Roll out the policy on the frozen task list and write trajectories.", "environments and policies"),
+        "replay": ("Execute counterfactual replays: A_replay, noise floors, measurability map.", "executed replay"),
+        "signals": ("Extract every credit family and control the protocol names.", "credit signals"),
+        "audit": ("Fidelity audit and verdicts through the frozen decision order.", "fidelity audit"),
+        "arms": ("Seven-arm CRN LoRA training experiment and its analysis.", "training arms"),
+        "ledger": ("Number ledger: regenerate byte-identically, verify, integrity checks.", "ledger"),
+        "report": ("Markdown/HTML report with every number taken from the ledger.", "ledger"),
+    }
+    for stage, (help_text, issue) in stubs.items():
+        if stage in {group.name for group in app.registered_groups} | {
+            command.name for command in app.registered_commands
+        }:
+            continue
+
+        app.command(
+            name=stage,
+            help=f"{help_text} [not yet available]",
+            context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+        )(_make_stub(stage, issue))
+
+    from creditaudit.demo import demo_command
+
+    app.command(name="demo")(demo_command)
+
+
+_register_stages()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the app and map errors to exit codes (never a traceback for user errors)."""
+    try:
+        result = app(args=argv, prog_name="creditaudit", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        err_console.print("aborted")
+        sys.exit(130)
+    except click.ClickException as exc:  # usage errors: exit 2
+        exc.show()
+        sys.exit(exc.exit_code)
+    except CreditAuditError as exc:
+        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        sys.exit(exc.exit_code)
+    sys.exit(result if isinstance(result, int) else 0)

@@ -1,0 +1,863 @@
+"""The protocol: a typed, frozen, versioned description of an audit, fixed before any data exists.
+
+Every section SPEC.md §1 lists is a model here: environment and task source, policy and its
+pinned content hashes, sampling, collection, replay budget, every signal's constants, the
+controls, statistics settings, exclusion rules, the gates (hypotheses) and their decision order,
+the confirmatory tests, and the training-arms experiment.
+
+Identity: the protocol id is the SHA-256 of the RFC 8785 canonical JSON of the *identity view*
+(:func:`identity_dict`), which drops free-text fields (``description``, ``notes``) and keeps every
+threshold, seed and constant.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    field_validator,
+    model_validator,
+)
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "TASK_TYPES",
+    "AUDIT_STATISTICS",
+    "FreeText",
+    "Protocol",
+    "EnvironmentSection",
+    "GeneratorSettings",
+    "GameFile",
+    "PolicySection",
+    "PolicyBuild",
+    "CollectionSection",
+    "ReplaySection",
+    "SignalSpec",
+    "ControlSpec",
+    "StatisticsSection",
+    "ExclusionSection",
+    "Gate",
+    "Predicate",
+    "Compare",
+    "AllOf",
+    "AnyOf",
+    "Not",
+    "Overlaps",
+    "Contains",
+    "Always",
+    "HypothesesSection",
+    "ArmsSection",
+    "identity_dict",
+    "protocol_id",
+]
+
+PROTOCOL_VERSION = 1
+
+TASK_TYPES = (
+    "pick_and_place_simple",
+    "look_at_obj_in_light",
+    "pick_clean_then_place_in_recep",
+    "pick_heat_then_place_in_recep",
+    "pick_cool_then_place_in_recep",
+    "pick_two_obj_and_place",
+)
+
+#: Statistics the audit produces for every subject (a family or a control). A predicate naming
+#: anything else is rejected when the protocol is validated.
+AUDIT_STATISTICS = frozenset(
+    {
+        "estimate",  # median within-trajectory Spearman(credit, A_replay)
+        "ci_low",
+        "ci_high",
+        "p_value",
+        "p_holm",
+        "n_trajectories",
+        "n_included_turns",
+        "n_pivotal_turns",
+        "sign_agreement",
+        "sign_ci_low",
+        "sign_ci_high",
+        "lift",
+        "lift_ci_low",
+        "lift_ci_high",
+        "shuffle_changed_share",
+    }
+)
+
+
+class _NonIdentity:
+    """Marker: this field is free text and does not enter the protocol id."""
+
+    def __repr__(self) -> str:  # pragma: no cover - cosmetic
+        return "NonIdentity"
+
+
+NON_IDENTITY = _NonIdentity()
+
+#: Free text (descriptions, notes): recorded in the lock, excluded from the protocol id.
+FreeText = Annotated[str, NON_IDENTITY]
+
+Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+Name = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_\-]*$", max_length=64)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        strict=True,
+        use_attribute_docstrings=True,
+        validate_default=True,
+    )
+
+
+def _finite(value: float, name: str) -> float:
+    if not math.isfinite(value):
+        raise ValueError(f"`{name}` must be finite")
+    return value
+
+
+# --------------------------------------------------------------------------- environment
+
+
+class GeneratorSettings(_Model):
+    """Settings of the offline ALFRED-domain game generator (games are data, generated after freeze
+    from the protocol's seed stream ``games/generate``)."""
+
+    task_types: list[Literal[TASK_TYPES]] = Field(default_factory=lambda: list(TASK_TYPES), min_length=1)  # type: ignore[valid-type]
+    """ALFWorld task types to generate, from the six ALFRED types."""
+    games_per_type: int = Field(4, ge=1, le=10_000)
+    """Games generated per task type."""
+    max_objects: int = Field(20, ge=2, le=200)
+    """Upper bound on object instances placed in a room (keeps engine steps cheap)."""
+    max_receptacles: int = Field(16, ge=2, le=100)
+    """Upper bound on receptacle instances in a room."""
+    floorplans: list[int] = Field(default_factory=list)
+    """FloorPlan numbers allowed; empty means every layout the alfworld package ships."""
+
+
+class GameFile(_Model):
+    """A user-supplied game file: an input, pinned by content hash before freezing."""
+
+    path: str
+    """Path relative to the environment's data directory."""
+    sha256: Sha256
+    """SHA-256 of the game file's bytes."""
+    task_type: Literal[TASK_TYPES]  # type: ignore[valid-type]
+    """ALFWorld task type of the game."""
+
+
+class EnvironmentSection(_Model):
+    """Which environment, which tasks, how long an episode may run."""
+
+    name: Literal["alfworld", "planted"] = "alfworld"
+    """Registered environment: the real ALFWorld engine, or the planted-effect environment."""
+    source: Literal["generated", "directory"] = "generated"
+    """``generated``: games written by the offline generator after the freeze; ``directory``: the
+    user's ALFWorld data directory, with every game pinned in ``games``."""
+    data_dir: str | None = None
+    """ALFWorld data directory for ``source: directory`` (``$ALFWORLD_DATA`` when null)."""
+    generator: GeneratorSettings = Field(default_factory=GeneratorSettings)
+    """Generator settings (used when ``source: generated``)."""
+    games: list[GameFile] = Field(default_factory=list)
+    """Frozen task list of user-supplied games (required when ``source: directory``)."""
+    horizon: int = Field(30, ge=1, le=1000)
+    """Maximum agent steps per episode; reaching it ends the episode with outcome 0."""
+    params: dict[str, Union[int, float, str, bool]] = Field(default_factory=dict)
+    """Extra constructor arguments of the registered environment (e.g. the planted environment's
+    sizes and effects)."""
+
+    @model_validator(mode="after")
+    def _check_source(self) -> "EnvironmentSection":
+        if self.source == "directory" and not self.games:
+            raise ValueError("`games` must list every pinned game file when `source` is 'directory'")
+        if self.source == "generated" and self.games:
+            raise ValueError("`games` must be empty when `source` is 'generated' (generated games are data)")
+        if self.name == "planted" and self.source != "generated":
+            raise ValueError("the planted environment generates its own tasks: `source` must be 'generated'")
+        return self
+
+
+# --------------------------------------------------------------------------- policy
+
+
+class PolicyBuild(_Model):
+    """Configuration of the embedded default policy (``creditaudit policy build``)."""
+
+    seed: int = Field(20260817, ge=0, lt=2**53)
+    """Seed of the build's own streams (the policy is an input: it exists before the protocol)."""
+    hidden_size: int = Field(64, ge=8, le=4096)
+    """Qwen2 hidden size."""
+    num_layers: int = Field(2, ge=1, le=64)
+    """Qwen2 decoder layers."""
+    num_heads: int = Field(4, ge=1, le=64)
+    """Attention heads."""
+    train_games: int = Field(48, ge=1, le=100_000)
+    """Generated games whose noisy walkthroughs are the behaviour-cloning data."""
+    noise_rate: float = Field(0.25, ge=0.0, le=1.0)
+    """Probability of injecting a mistake at a walkthrough step."""
+    epochs: int = Field(6, ge=1, le=1000)
+    """Behaviour-cloning epochs."""
+    learning_rate: float = Field(3e-3, gt=0.0, le=1.0)
+    """AdamW learning rate."""
+
+
+class PolicySection(_Model):
+    """The policy under audit. Its files are inputs: their hashes are pinned before freezing."""
+
+    source: Literal["builtin", "local"] = "builtin"
+    """``builtin``: the embedded default policy built by ``creditaudit policy build``; ``local``: any
+    causal LM directory ``from_pretrained`` loads (Qwen2.5, Llama 3.1 ...)."""
+    path: str = "policy"
+    """Model directory, relative to the protocol file's directory unless absolute."""
+    model_files: dict[str, Sha256] = Field(default_factory=dict)
+    """SHA-256 of every model file (config and weights), by file name; filled by ``protocol init
+    --policy DIR``. Freezing refuses an empty map."""
+    tokenizer_files: dict[str, Sha256] = Field(default_factory=dict)
+    """SHA-256 of every tokenizer file, by file name."""
+    chat_template_sha256: Sha256 | None = None
+    """SHA-256 of the tokenizer's chat template text (null when it has none)."""
+    build: PolicyBuild = Field(default_factory=PolicyBuild)
+    """Build configuration (``source: builtin`` only)."""
+    temperature: float = Field(0.7, gt=0.0, le=10.0)
+    """Sampling temperature of rollouts."""
+    history_length: int = Field(2, ge=0, le=100)
+    """Past (observation, action) turns shown in the prompt."""
+    max_action_tokens: int = Field(12, ge=1, le=256)
+    """Maximum generated tokens per action."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """Compute dtype."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Where the model runs; does not affect identity of results on CPU."""
+
+
+# --------------------------------------------------------------------------- collection, replay
+
+
+class CollectionSection(_Model):
+    """Trajectory collection on the frozen task list."""
+
+    n_tasks: int = Field(24, ge=1, le=1_000_000)
+    """Tasks sampled (without replacement) from the task list with stream ``collect/tasks``."""
+    group_size: int = Field(8, ge=1, le=1024)
+    """Rollouts per task (G): ProVer/VICT and the group-relative base advantages need G > 1."""
+    determinism_instances: int = Field(3, ge=2, le=32)
+    """Independent environment instances on which one trajectory's hash is checked before collection."""
+
+
+class ReplaySection(_Model):
+    """Executed counterfactual replay (SPEC.md §3)."""
+
+    n_fact: int = Field(3, ge=3, le=1000)
+    """Seeded re-executions of the factual action, each rolled out to the end."""
+    n_alternatives: int = Field(4, ge=1, le=64)
+    """K: distinct admissible alternatives (other than the factual action) per turn."""
+    n_alt: int = Field(3, ge=3, le=1000)
+    """Rollouts per alternative action."""
+    alt_temperature: float = Field(0.7, gt=0.0, le=10.0)
+    """Temperature at which alternatives are drawn from the same policy snapshot."""
+    max_alt_draws: int = Field(300, ge=1, le=100_000)
+    """Seeded draws allowed to find K distinct admissible alternatives; else no counterfactual."""
+    max_rollouts_per_turn: int = Field(64, ge=1, le=100_000)
+    """Replay budget per turn; a turn needing more is incomplete."""
+    resolution_alpha: float = Field(0.05, gt=0.0, lt=1.0)
+    """One-sided level of the resolution bound ``1 - alpha**(1/n)`` for all-equal arms."""
+
+
+# --------------------------------------------------------------------------- signals
+
+
+class _Signal(_Model):
+    name: Name
+    """Unique name of this credit family in the audit."""
+    description: FreeText = ""
+    """Free text; not part of the protocol id."""
+
+
+class ImplicitSignal(_Signal):
+    """HCAPO hindsight ratio rho_t, scored by the policy checkpoint itself."""
+
+    family: Literal["implicit"] = "implicit"
+    temperature: float = Field(5.0, gt=0.0)
+    """T in ``pi_hind = exp(mean_j log pi(y_j | ...) / T)``."""
+    history_length: int = Field(2, ge=0)
+    """Past turns in the hindsight prompt."""
+    clip_low: float = 0.8
+    """Lower clip of rho."""
+    clip_high: float = 1.2
+    """Upper clip of rho."""
+    gamma: float = Field(0.95, gt=0.0, le=1.0)
+    """Discount of the training-side Q_t."""
+    smoothing_alpha: float = Field(0.5, ge=0.0, le=1.0)
+    """Backward temporal smoothing of Q."""
+    omega: float = Field(1.0, ge=0.0)
+    """Weight of the micro term in the multi-scale advantage."""
+    do_no_harm: bool = True
+    """Zero the negative micro term in successful trajectories."""
+
+    @model_validator(mode="after")
+    def _check_clip(self) -> "ImplicitSignal":
+        if not self.clip_low < 1.0 < self.clip_high:
+            raise ValueError("`clip_low` < 1 < `clip_high` is required")
+        return self
+
+
+class JudgeSignal(_Signal):
+    """TARL per-turn judge in w/o-gold mode."""
+
+    family: Literal["judge"] = "judge"
+    backend: Literal["local", "http"] = "local"
+    """``local``: a transformers model scoring "1"/"0"/"-1" by constrained log-probability;
+    ``http``: an OpenAI-compatible endpoint answering JSON."""
+    model: str = "policy"
+    """Local model directory (``policy`` = the audited policy) or the endpoint's model name."""
+    endpoint: str | None = None
+    """Base URL of the OpenAI-compatible endpoint (``backend: http``)."""
+    max_retries: int = Field(3, ge=0, le=20)
+    """Retries (with exponential backoff) before a malformed answer becomes an abstention."""
+    timeout_s: float = Field(60.0, gt=0.0)
+    """Per-request timeout."""
+    max_negative: int = Field(1, ge=0)
+    """At most this many -1 scores per trajectory."""
+
+    @model_validator(mode="after")
+    def _check_endpoint(self) -> "JudgeSignal":
+        if self.backend == "http" and not self.endpoint:
+            raise ValueError("`endpoint` is required when `backend` is 'http'")
+        return self
+
+
+class ConfidenceSignal(_Signal):
+    """Per-token geometric-mean probability of the policy's own action."""
+
+    family: Literal["confidence"] = "confidence"
+
+
+class ProverSignal(_Signal):
+    """ProVer segment credit."""
+
+    family: Literal["prover"] = "prover"
+    group_size: int = Field(8, ge=2)
+    """G: rollouts per task group."""
+    continuations: int = Field(8, ge=1)
+    """K: continuations from s_pre and from s_post."""
+    max_segment: int = Field(4, ge=1)
+    """Longest proposed segment (turns)."""
+    credit_scale: float = Field(1.0, gt=0.0)
+    """lambda in ``lambda * max(Delta, 0)``."""
+    proposer: Literal["judge", "random", "oracle"] = "judge"
+    """Segment proposer."""
+
+
+class VictSignal(_Signal):
+    """VICT verifier-instrumented credit (ALFWorld)."""
+
+    family: Literal["vict"] = "vict"
+    core_budget: int = Field(8, ge=1)
+    """B: greedy core search budget."""
+    tie_band: float = Field(1e-6, ge=0.0)
+    """eps_q: |A_base| below this is a tie (no direction)."""
+    clip_quantile: float = Field(0.95, gt=0.0, le=1.0)
+    """c = this quantile of |A_base|."""
+    lambda_scale: float = Field(0.5, gt=0.0)
+    """lambda = lambda_scale * median|A_base| / (median|A_VICT| + eps)."""
+    eps: float = Field(1e-8, gt=0.0)
+    """Stabiliser in lambda."""
+    min_support: int = Field(2, ge=1)
+    """Rollouts needed to normalise a margin; fewer gives zero."""
+
+
+class BaseAdvantageSignal(_Signal):
+    """Group-relative base advantage broadcast to turns."""
+
+    family: Literal["grpo", "rloo"] = "grpo"
+
+
+SignalSpec = Annotated[
+    Union[ImplicitSignal, JudgeSignal, ConfidenceSignal, ProverSignal, VictSignal, BaseAdvantageSignal],
+    Field(discriminator="family"),
+]
+
+
+class ControlSpec(_Model):
+    """A control credit: null (random, uniform) or derived from a family (shuffle, inverted)."""
+
+    name: Name
+    """Unique name; gates refer to it as ``control:<name>``."""
+    kind: Literal["random", "uniform", "shuffle", "inverted"]
+    """random: i.i.d. N(0,1) per turn; uniform: the same value for every turn; shuffle: a
+    within-trajectory permutation of the family (marginal-matched, seeded); inverted: minus the
+    family's credit."""
+    of: Name | None = None
+    """The family a shuffle or inverted control derives from."""
+    null: bool = False
+    """Whether this control must show no effect for the instrument to be valid (controls gate)."""
+    description: FreeText = ""
+    """Free text; not part of the protocol id."""
+
+    @model_validator(mode="after")
+    def _check_of(self) -> "ControlSpec":
+        if self.kind in ("shuffle", "inverted") and self.of is None:
+            raise ValueError(f"`of` must name a family for a {self.kind} control")
+        if self.kind in ("random", "uniform") and self.of is not None:
+            raise ValueError(f"`of` must be empty for a {self.kind} control")
+        return self
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+class StatisticsSection(_Model):
+    """Statistical conventions, fixed here and recorded in every result."""
+
+    bootstrap_iterations: int = Field(10_000, ge=100, le=10_000_000)
+    """Cluster (trajectory) bootstrap resamples."""
+    ci_level: float = Field(0.95, gt=0.5, lt=1.0)
+    """Two-sided confidence level of every interval."""
+    bootstrap_method: Literal["percentile"] = "percentile"
+    """Bootstrap interval method."""
+    spearman_constant: Literal["exclude"] = "exclude"
+    """A trajectory whose credit or A_replay is constant has no rank information: it is excluded
+    from that family's median and counted."""
+    alpha: float = Field(0.05, gt=0.0, lt=1.0)
+    """Family-wise error rate of the confirmatory tests."""
+    multiplicity: Literal["holm"] = "holm"
+    """Correction across the confirmatory tests."""
+    equivalence_band: float = Field(0.03, gt=0.0, lt=1.0)
+    """TOST band in raw success-rate units (0.03 = +-3 pp)."""
+    power: float = Field(0.8, gt=0.0, lt=1.0)
+    """Power for the design minimum detectable effect."""
+    permutations: int = Field(10_000, ge=99, le=10_000_000)
+    """Permutations of every permutation test."""
+    mantel_method: Literal["pearson", "spearman"] = "pearson"
+    """Correlation of the (partial) Mantel test."""
+    mantel_alternative: Literal["greater", "less", "two-sided"] = "greater"
+    """Sidedness of the (partial) Mantel test (vegan's mantel.partial is one-sided 'greater')."""
+    js_log_base: float = Field(2.0, gt=1.0)
+    """Log base of the Jensen-Shannon divergence."""
+    top_k_fraction: float = Field(0.2, gt=0.0, le=1.0)
+    """Share of each trajectory's turns taken as 'top credited' for precision-at-pivotal."""
+
+
+class ExclusionSection(_Model):
+    """Preregistered exclusion rules."""
+
+    min_complete_turns: int = Field(4, ge=1)
+    """A trajectory with fewer complete turns is degenerate (excluded from every family, counted)."""
+    exclude_constant_replay: bool = True
+    """A trajectory with constant A_replay is degenerate."""
+    min_trajectories: int = Field(20, ge=1)
+    """INFEASIBLE below this many included trajectories."""
+    min_pivotal_turns: int = Field(30, ge=1)
+    """INFEASIBLE below this many pivotal turns."""
+    format_collapse_threshold: float = Field(0.5, gt=0.0, le=1.0)
+    """A checkpoint whose share of unparseable actions exceeds this is excluded (and reported)."""
+
+
+# --------------------------------------------------------------------------- predicates and gates
+
+_SUBJECT = re.compile(r"^(self|shuffle\(self\)|inverted\(self\)|control:[a-z][a-z0-9_\-]*|family:[a-z][a-z0-9_\-]*)$")
+Subject = Annotated[str, Field(pattern=_SUBJECT.pattern)]
+
+
+class Compare(_Model):
+    """``stat(of) cmp value``: compare a statistic of a subject with a constant."""
+
+    stat: str
+    """Statistic name (one of the audit's statistics)."""
+    of: Subject = "self"
+    """Subject: ``self``, ``shuffle(self)``, ``inverted(self)``, ``control:<name>``, ``family:<name>``."""
+    cmp: Literal["<", "<=", ">", ">=", "==", "!="]
+    """Comparator."""
+    value: float
+    """Threshold."""
+
+    @field_validator("value")
+    @classmethod
+    def _finite_value(cls, v: float) -> float:
+        return _finite(v, "value")
+
+
+class AllOf(_Model):
+    """True when every member is true."""
+
+    all: list["Predicate"] = Field(min_length=1)
+
+
+class AnyOf(_Model):
+    """True when at least one member is true."""
+
+    any: list["Predicate"] = Field(min_length=1)
+
+
+class Not(_Model):
+    """Negation."""
+
+    not_: "Predicate" = Field(alias="not")
+
+    model_config = ConfigDict(populate_by_name=False)
+
+
+class Overlaps(_Model):
+    """True when the CIs ``[ci_low, ci_high]`` of two subjects intersect."""
+
+    overlaps: list[Subject] = Field(min_length=2, max_length=2)
+
+
+class ContainsSpec(_Model):
+    of: Subject
+    """Subject whose CI is tested."""
+    value: float = 0.0
+    """The value the interval must contain."""
+
+
+class Contains(_Model):
+    """True when the CI of a subject contains a value."""
+
+    contains: ContainsSpec
+
+
+class Always(_Model):
+    """Always true: the catch-all last gate."""
+
+    always: Literal[True]
+
+
+def _predicate_tag(value: Any) -> str | None:
+    if isinstance(value, BaseModel):
+        return type(value).__name__
+    if isinstance(value, dict):
+        for key, tag in (
+            ("stat", "Compare"),
+            ("all", "AllOf"),
+            ("any", "AnyOf"),
+            ("not", "Not"),
+            ("overlaps", "Overlaps"),
+            ("contains", "Contains"),
+            ("always", "Always"),
+        ):
+            if key in value:
+                return tag
+    return None
+
+
+Predicate = Annotated[
+    Union[
+        Annotated[Compare, Tag("Compare")],
+        Annotated[AllOf, Tag("AllOf")],
+        Annotated[AnyOf, Tag("AnyOf")],
+        Annotated[Not, Tag("Not")],
+        Annotated[Overlaps, Tag("Overlaps")],
+        Annotated[Contains, Tag("Contains")],
+        Annotated[Always, Tag("Always")],
+    ],
+    Discriminator(
+        _predicate_tag,
+        custom_error_type="invalid_predicate",
+        custom_error_message="a predicate is a mapping with one of the keys stat/all/any/not/overlaps/contains/always",
+    ),
+]
+
+AllOf.model_rebuild()
+AnyOf.model_rebuild()
+Not.model_rebuild()
+
+
+class Gate(_Model):
+    """One gate of the decision order: when its predicate is true, it decides ``verdict``."""
+
+    id: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_\-]*$")]
+    """Gate id used in ``decision_order``."""
+    kind: Literal["controls", "feasibility", "effect"]
+    """controls and feasibility gates must precede every effect gate."""
+    verdict: Annotated[str, Field(pattern=r"^[A-Z][A-Z0-9_]*$")]
+    """Verdict recorded when the gate fires."""
+    when: Predicate
+    """Structured predicate (never evaluated Python)."""
+    description: FreeText = ""
+    """Free text; not part of the protocol id."""
+
+
+def _default_gates() -> list[Gate]:
+    return [
+        Gate(
+            id="Controls",
+            kind="controls",
+            verdict="INSTRUMENT_INVALID",
+            when=Not.model_validate(
+                {"not": {"all": [{"contains": {"of": "control:random", "value": 0.0}},
+                                 {"contains": {"of": "control:uniform", "value": 0.0}}]}}
+            ),
+        ),
+        Gate(
+            id="INFEASIBLE",
+            kind="feasibility",
+            verdict="INFEASIBLE",
+            when=AnyOf.model_validate(
+                {"any": [{"stat": "n_trajectories", "of": "self", "cmp": "<", "value": 20.0},
+                         {"stat": "n_pivotal_turns", "of": "self", "cmp": "<", "value": 30.0}]}
+            ),
+        ),
+        Gate(id="H3", kind="effect", verdict="H3_PLACEBO", when=Overlaps(overlaps=["self", "shuffle(self)"])),
+        Gate(
+            id="H2",
+            kind="effect",
+            verdict="H2_REVERSED",
+            when=AllOf.model_validate(
+                {"all": [{"stat": "ci_high", "of": "self", "cmp": "<", "value": 0.0},
+                         {"not": {"overlaps": ["self", "shuffle(self)"]}}]}
+            ),
+        ),
+        Gate(id="H1", kind="effect", verdict="H1_TRACKS", when=Compare(stat="ci_low", of="self", cmp=">=", value=0.3)),
+        Gate(id="H4", kind="effect", verdict="H4_WEAK", when=Always(always=True)),
+    ]
+
+
+class HypothesesSection(_Model):
+    """The gates, their frozen decision order and the confirmatory tests."""
+
+    gates: list[Gate] = Field(default_factory=_default_gates, min_length=1)
+    """Gate definitions."""
+    decision_order: list[str] = Field(
+        default_factory=lambda: ["Controls", "INFEASIBLE", "H3", "H2", "H1", "H4"], min_length=1
+    )
+    """Order in which gates are evaluated; the first that fires decides."""
+    confirmatory: list[Name] = Field(default_factory=list)
+    """Families whose primary test enters the Holm correction (empty = every audited family)."""
+
+    @model_validator(mode="after")
+    def _check_order(self) -> "HypothesesSection":
+        ids = [g.id for g in self.gates]
+        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        if dupes:
+            raise ValueError(f"gate ids must be unique; repeated: {', '.join(dupes)}")
+        order = list(self.decision_order)
+        repeated = sorted({i for i in order if order.count(i) > 1})
+        if repeated:
+            raise ValueError(f"`decision_order` repeats {', '.join(repeated)}")
+        unknown = [i for i in order if i not in ids]
+        if unknown:
+            raise ValueError(f"`decision_order` names unknown gates: {', '.join(unknown)}")
+        missing = [i for i in ids if i not in order]
+        if missing:
+            raise ValueError(f"`decision_order` omits gates: {', '.join(missing)}")
+        kinds = {g.id: g.kind for g in self.gates}
+        if "controls" not in kinds.values():
+            raise ValueError("the decision order needs a `controls` gate")
+        if "feasibility" not in kinds.values():
+            raise ValueError("the decision order needs a `feasibility` (INFEASIBLE) gate")
+        first_effect = next((k for k, i in enumerate(order) if kinds[i] == "effect"), None)
+        if first_effect is not None:
+            late = [i for i in order[first_effect:] if kinds[i] != "effect"]
+            if late:
+                raise ValueError(
+                    f"`decision_order`: gate(s) {', '.join(late)} of kind controls/feasibility come after "
+                    f"effect gate {order[first_effect]}; the controls gate and INFEASIBLE must precede every effect gate"
+                )
+        for gate in self.gates:
+            for stat in _predicate_stats(gate.when):
+                if stat not in AUDIT_STATISTICS:
+                    raise ValueError(
+                        f"gate {gate.id}: statistic {stat!r} is not produced by the audit; "
+                        f"one of {sorted(AUDIT_STATISTICS)}"
+                    )
+        return self
+
+
+def _predicate_stats(pred: Any) -> list[str]:
+    if isinstance(pred, Compare):
+        return [pred.stat]
+    if isinstance(pred, (Overlaps, Contains)):
+        return ["ci_low", "ci_high"]
+    if isinstance(pred, AllOf):
+        return [s for p in pred.all for s in _predicate_stats(p)]
+    if isinstance(pred, AnyOf):
+        return [s for p in pred.any for s in _predicate_stats(p)]
+    if isinstance(pred, Not):
+        return _predicate_stats(pred.not_)
+    return []
+
+
+def predicate_subjects(pred: Any) -> list[str]:
+    """Every subject a predicate refers to."""
+    if isinstance(pred, Compare):
+        return [pred.of]
+    if isinstance(pred, Overlaps):
+        return list(pred.overlaps)
+    if isinstance(pred, Contains):
+        return [pred.contains.of]
+    if isinstance(pred, AllOf):
+        return [s for p in pred.all for s in predicate_subjects(p)]
+    if isinstance(pred, AnyOf):
+        return [s for p in pred.any for s in predicate_subjects(p)]
+    if isinstance(pred, Not):
+        return predicate_subjects(pred.not_)
+    return []
+
+
+# --------------------------------------------------------------------------- training arms
+
+
+class ArmsSection(_Model):
+    """The seven-arm common-random-numbers LoRA experiment (SPEC.md §6)."""
+
+    arms: list[
+        Literal[
+            "outcome_only",
+            "implicit",
+            "judge",
+            "shuffled_implicit",
+            "shuffled_judge",
+            "inverted_implicit",
+            "pivotal_masked",
+        ]
+    ] = Field(
+        default_factory=lambda: [
+            "outcome_only",
+            "implicit",
+            "judge",
+            "shuffled_implicit",
+            "shuffled_judge",
+            "inverted_implicit",
+            "pivotal_masked",
+        ],
+        min_length=1,
+    )
+    """Arms trained; credit enters as per-turn weights on the GRPO advantage."""
+    seeds: int = Field(2, ge=1, le=100)
+    """Seed indices per arm (common random numbers: same task order, sampling and LoRA init per index)."""
+    rounds: int = Field(3, ge=1, le=10_000)
+    """Collect-then-update rounds."""
+    tasks_per_round: int = Field(8, ge=1)
+    """Training tasks per round."""
+    group_size: int = Field(4, ge=2)
+    """Rollouts per task per round (GRPO group)."""
+    lora_rank: int = Field(8, ge=1)
+    """LoRA rank."""
+    lora_alpha: float = Field(16.0, gt=0.0)
+    """LoRA alpha."""
+    learning_rate: float = Field(1e-3, gt=0.0)
+    """Optimizer learning rate."""
+    dose_matched: bool = False
+    """Equalise optimizer steps across arms."""
+    eval_tasks: int = Field(32, ge=1)
+    """Size of the frozen held-out evaluation set (the paper: 128)."""
+    probe_states: int = Field(64, ge=1)
+    """Fixed probe states on which every checkpoint's action distribution is measured."""
+    pivotal_resolution_n: int = Field(1, ge=1)
+    """Rollouts per arm of the low-resolution replay that defines the pivotal-masked arm."""
+
+
+# --------------------------------------------------------------------------- protocol
+
+
+class Protocol(_Model):
+    """A creditaudit protocol (schema version 1)."""
+
+    version: Literal[1] = 1
+    """Schema version; older versions are migrated explicitly, unknown versions refused."""
+    name: Name = "creditaudit-default"
+    """Short name of the audit."""
+    description: FreeText = ""
+    """Free text; not part of the protocol id."""
+    notes: FreeText = ""
+    """Free text; not part of the protocol id."""
+    environment: EnvironmentSection = Field(default_factory=EnvironmentSection)
+    """Environment and frozen task list."""
+    policy: PolicySection = Field(default_factory=PolicySection)
+    """Policy and its pinned hashes."""
+    collection: CollectionSection = Field(default_factory=CollectionSection)
+    """Trajectory collection."""
+    replay: ReplaySection = Field(default_factory=ReplaySection)
+    """Executed replay budget and constants."""
+    signals: list[SignalSpec] = Field(min_length=1)
+    """Credit families audited, with every constant."""
+    controls: list[ControlSpec] = Field(min_length=1)
+    """Control definitions."""
+    statistics: StatisticsSection = Field(default_factory=StatisticsSection)
+    """Statistics settings."""
+    exclusions: ExclusionSection = Field(default_factory=ExclusionSection)
+    """Exclusion rules."""
+    hypotheses: HypothesesSection = Field(default_factory=HypothesesSection)
+    """Gates and decision order."""
+    arms: ArmsSection = Field(default_factory=ArmsSection)
+    """Training-arms experiment."""
+
+    @model_validator(mode="after")
+    def _check_references(self) -> "Protocol":
+        names = [s.name for s in self.signals]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"signal names must be unique; repeated: {', '.join(dupes)}")
+        cnames = [c.name for c in self.controls]
+        dupes = sorted({n for n in cnames if cnames.count(n) > 1} | (set(cnames) & set(names)))
+        if dupes:
+            raise ValueError(f"control names must be unique and differ from signal names; repeated: {', '.join(dupes)}")
+        for control in self.controls:
+            if control.of is not None and control.of not in names:
+                raise ValueError(f"control {control.name!r}: `of` names unknown family {control.of!r}")
+        for name in self.hypotheses.confirmatory:
+            if name not in names:
+                raise ValueError(f"hypotheses.confirmatory names unknown family {name!r}")
+        subjects = {s for g in self.hypotheses.gates for s in predicate_subjects(g.when)}
+        for subject in sorted(subjects):
+            if subject.startswith("control:") and subject[8:] not in cnames:
+                raise ValueError(f"a gate refers to {subject!r}, which is not a defined control")
+            if subject.startswith("family:") and subject[7:] not in names:
+                raise ValueError(f"a gate refers to {subject!r}, which is not a defined family")
+        for derived, kind in (("shuffle(self)", "shuffle"), ("inverted(self)", "inverted")):
+            if derived in subjects:
+                have = {c.of for c in self.controls if c.kind == kind}
+                lacking = [n for n in names if n not in have]
+                if lacking:
+                    raise ValueError(
+                        f"gates refer to {derived!r} but families {', '.join(lacking)} have no {kind} control"
+                    )
+        return self
+
+    @property
+    def id(self) -> str:
+        """The protocol id: SHA-256 of the canonical identity view."""
+        return protocol_id(self)
+
+    def control_of(self, family: str, kind: str) -> str:
+        """Name of the ``kind`` control derived from ``family``."""
+        for control in self.controls:
+            if control.kind == kind and control.of == family:
+                return control.name
+        raise KeyError(f"family {family!r} has no {kind} control")
+
+
+def identity_dict(model: BaseModel) -> dict[str, Any]:
+    """The model as JSON values without free-text (:data:`FreeText`) fields, recursively."""
+
+    def walk(obj: Any) -> Any:
+        if isinstance(obj, BaseModel):
+            out = {}
+            for name, info in type(obj).model_fields.items():
+                if any(m is NON_IDENTITY for m in info.metadata):
+                    continue
+                key = info.alias or name
+                out[key] = walk(getattr(obj, name))
+            return out
+        if isinstance(obj, dict):
+            return {k: walk(v) for k, v in obj.items()}
+        if isinstance(obj, (list, tuple)):
+            return [walk(v) for v in obj]
+        return obj
+
+    return walk(model)
+
+
+def protocol_id(protocol: Protocol) -> str:
+    """SHA-256 (hex) of the RFC 8785 canonical JSON of the protocol's identity view."""
+    from creditaudit.protocol.canonical import canonical_hash
+
+    return canonical_hash(identity_dict(protocol))
