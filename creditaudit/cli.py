@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import sys
 
-import click
 import typer
+from typer.exceptions import TyperException
 from rich.console import Console
+from rich.markup import escape
 
 from creditaudit import __version__
 from creditaudit.errors import CreditAuditError, NotYetAvailable
@@ -100,15 +101,19 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app and map errors to exit codes (never a traceback for user errors)."""
     try:
         result = app(args=argv, prog_name="creditaudit", standalone_mode=False)
-    except click.exceptions.Exit as exc:
+    except typer.Exit as exc:
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
+    except typer.Abort:
         err_console.print("aborted")
         sys.exit(130)
-    except click.ClickException as exc:  # usage errors: exit 2
-        exc.show()
-        sys.exit(exc.exit_code)
+    except TyperException as exc:  # usage errors (click's, vendored by typer): exit 2
+        show = getattr(exc, "show", None)
+        if show is not None:
+            show()
+        else:  # pragma: no cover - defensive
+            err_console.print(f"error: {exc}")
+        sys.exit(getattr(exc, "exit_code", 2))
     except CreditAuditError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
     sys.exit(result if isinstance(result, int) else 0)

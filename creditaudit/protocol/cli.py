@@ -1,5 +1,134 @@
-"""``creditaudit protocol ...``"""
+"""``creditaudit protocol ...``: write, sign, freeze, verify and amend protocols."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
 
 import typer
 
-app = typer.Typer(help="Protocol: write, sign, freeze, verify, amend.", no_args_is_help=True)
+from creditaudit.errors import CheckFailed, InputError
+from creditaudit.protocol.inputs import policy_pins
+from creditaudit.protocol.io import default_template_text, load_protocol, parse_protocol
+from creditaudit.protocol.lock import amend, freeze, lock_path_for, verify
+from creditaudit.protocol.signing import PRIVATE_KEY_NAME, generate_keypair, load_signer
+
+__all__ = ["app", "render_template", "default_key_path"]
+
+app = typer.Typer(
+    help="Protocol: write the template, make keys, freeze (sign + register), verify, amend.",
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+_PIN_LINES = ("  model_files: {}\n", "  tokenizer_files: {}\n", "  chat_template_sha256: null\n")
+
+
+def _yaml_map(name: str, mapping: dict[str, str]) -> str:
+    if not mapping:
+        return f"  {name}: {{}}\n"
+    body = "".join(f"    {json.dumps(k)}: {v}\n" for k, v in sorted(mapping.items()))
+    return f"  {name}:\n{body}"
+
+
+def render_template(policy: Path | None = None, protocol_dir: Path | None = None) -> str:
+    """The commented default template, with the policy's pins filled in when ``policy`` is given."""
+    text = default_template_text()
+    if policy is None:
+        return text
+    pins = policy_pins(policy)
+    for line in _PIN_LINES:
+        if line not in text:  # pragma: no cover - guards the template's shape
+            raise RuntimeError(f"template lost its placeholder line {line!r}")
+    text = text.replace(_PIN_LINES[0], _yaml_map("model_files", pins["model_files"]))
+    text = text.replace(_PIN_LINES[1], _yaml_map("tokenizer_files", pins["tokenizer_files"]))
+    chat = pins["chat_template_sha256"]
+    text = text.replace(_PIN_LINES[2], f"  chat_template_sha256: {chat if chat else 'null'}\n")
+    base = (protocol_dir or Path.cwd()).resolve()
+    rel = Path(os.path.relpath(policy.resolve(), base)).as_posix()
+    old = "  path: policy                 # relative to this file's directory unless absolute\n"
+    text = text.replace(old, f"  path: {json.dumps(rel)}  # relative to this file's directory unless absolute\n")
+    parse_protocol(text, source="template")  # the rendered template must validate
+    return text
+
+
+def default_key_path(protocol_path: Path) -> Path:
+    return protocol_path.parent / "keys" / PRIVATE_KEY_NAME
+
+
+@app.command("init")
+def init_command(
+    path: Path = typer.Argument(Path("protocol.yaml"), help="Where to write the protocol (never overwritten)."),
+    policy: Path | None = typer.Option(
+        None, "--policy", help="Policy directory whose files are hashed and pinned into the protocol."
+    ),
+) -> None:
+    """Write the fully commented default protocol template (the paper's constants and gates)."""
+    if path.exists():
+        raise InputError(f"{path}: already exists; `protocol init` never overwrites (choose another path)")
+    text = render_template(policy, path.parent)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, "utf-8")
+    protocol = parse_protocol(text, source=str(path))
+    typer.echo(f"wrote {path} (protocol id {protocol.id})")
+    if not protocol.policy.model_files:
+        typer.echo("note: no policy pinned yet; run `creditaudit policy build` and re-init with --policy before freezing")
+
+
+@app.command("keygen")
+def keygen_command(
+    out: Path = typer.Option(Path("keys"), "--out", help="Directory for creditaudit.key / creditaudit.pub."),
+) -> None:
+    """Make an Ed25519 key pair for signing locks and stage links (never overwrites)."""
+    private, public = generate_keypair(out)
+    typer.echo(f"wrote {private} (private, mode 600) and {public}")
+
+
+@app.command("id")
+def id_command(path: Path = typer.Argument(..., help="Protocol YAML file.")) -> None:
+    """Validate a protocol and print its id (SHA-256 of its canonical identity view)."""
+    typer.echo(load_protocol(path).id)
+
+
+@app.command("freeze")
+def freeze_command(
+    path: Path = typer.Argument(..., help="Protocol YAML file."),
+    key: Path | None = typer.Option(None, "--key", help="Private key (default: keys/creditaudit.key beside the protocol)."),
+    registry: Path | None = typer.Option(None, "--registry", help="Registry file (default: registry.jsonl beside it)."),
+) -> None:
+    """Sign the protocol, write its lock, append it to the hash-chained registry."""
+    signer = load_signer(key or default_key_path(path))
+    lock = freeze(path, signer, registry_path=registry)
+    typer.echo(f"frozen {path.name}: protocol id {lock.protocol_id}")
+    typer.echo(f"lock {lock_path_for(path)} at {lock.freeze_time} by key {lock.key_id[:16]}…")
+
+
+@app.command("verify")
+def verify_command(
+    path: Path = typer.Argument(..., help="Protocol YAML file."),
+    registry: Path | None = typer.Option(None, "--registry", help="Registry file (default: registry.jsonl beside it)."),
+    pubkey: Path | None = typer.Option(None, "--pubkey", help="Trusted public key the lock must be signed by."),
+    inputs: bool = typer.Option(True, "--inputs/--no-inputs", help="Re-hash the pinned policy files."),
+) -> None:
+    """Recompute id, signature, registry chain and pins; exit 1 with a field-level diff on any change."""
+    report = verify(path, registry_path=registry, public_key_path=pubkey, check_inputs=inputs)
+    if not report.ok:
+        raise CheckFailed(f"{path}: verification failed\n{report.render()}")
+    typer.echo(report.render())
+
+
+@app.command("amend")
+def amend_command(
+    parent: Path = typer.Argument(..., help="The frozen parent protocol."),
+    child: Path = typer.Argument(..., help="The amended protocol (a new file; `amends:` is written if absent)."),
+    reason: str = typer.Option(..., "--reason", help="Why the frozen protocol is amended (recorded and signed)."),
+    key: Path | None = typer.Option(None, "--key", help="Private key (default: keys/creditaudit.key beside the parent)."),
+    registry: Path | None = typer.Option(None, "--registry", help="Registry file (default: the parent's)."),
+) -> None:
+    """Freeze a child protocol that names its parent; the registry keeps both and the deviations."""
+    signer = load_signer(key or default_key_path(parent))
+    lock = amend(parent, child, signer, reason=reason, registry_path=registry)
+    typer.echo(f"amended {parent.name} -> {child.name}: protocol id {lock.protocol_id}")
+    for change in lock.deviations:
+        typer.echo(f"  deviation {change['path']}: {change['old']!r} -> {change['new']!r}")

@@ -124,6 +124,13 @@ def _finite(value: float, name: str) -> float:
     return value
 
 
+def _no_repeats(values: list) -> list:
+    repeated = sorted({str(v) for v in values if values.count(v) > 1})
+    if repeated:
+        raise ValueError(f"values must not repeat; repeated: {', '.join(repeated)}")
+    return values
+
+
 # --------------------------------------------------------------------------- environment
 
 
@@ -141,6 +148,11 @@ class GeneratorSettings(_Model):
     """Upper bound on receptacle instances in a room."""
     floorplans: list[int] = Field(default_factory=list)
     """FloorPlan numbers allowed; empty means every layout the alfworld package ships."""
+
+    @field_validator("task_types", "floorplans")
+    @classmethod
+    def _unique(cls, values: list) -> list:
+        return _no_repeats(values)
 
 
 class GameFile(_Model):
@@ -234,8 +246,6 @@ class PolicySection(_Model):
     """Maximum generated tokens per action."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     """Compute dtype."""
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    """Where the model runs; does not affect identity of results on CPU."""
 
 
 # --------------------------------------------------------------------------- collection, replay
@@ -397,7 +407,7 @@ class ControlSpec(_Model):
     family's credit."""
     of: Name | None = None
     """The family a shuffle or inverted control derives from."""
-    null: bool = False
+    null_control: bool = False
     """Whether this control must show no effect for the instrument to be valid (controls gate)."""
     description: FreeText = ""
     """Free text; not part of the protocol id."""
@@ -731,6 +741,11 @@ class ArmsSection(_Model):
         min_length=1,
     )
     """Arms trained; credit enters as per-turn weights on the GRPO advantage."""
+
+    @field_validator("arms")
+    @classmethod
+    def _unique_arms(cls, values: list) -> list:
+        return _no_repeats(values)
     seeds: int = Field(2, ge=1, le=100)
     """Seed indices per arm (common random numbers: same task order, sampling and LoRA init per index)."""
     rounds: int = Field(3, ge=1, le=10_000)
@@ -763,6 +778,8 @@ class Protocol(_Model):
 
     version: Literal[1] = 1
     """Schema version; older versions are migrated explicitly, unknown versions refused."""
+    amends: Sha256 | None = None
+    """Id of the frozen parent protocol this one amends (``protocol amend``); null for an original."""
     name: Name = "creditaudit-default"
     """Short name of the audit."""
     description: FreeText = ""
