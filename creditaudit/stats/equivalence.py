@@ -1,0 +1,636 @@
+"""Equivalence, superiority and design sensitivity for the training-arm comparisons (SPEC §6).
+
+Readings are "equivalent", "different" or "inconclusive" — a non-significant difference test is
+never read as "no difference". Bounds are in the raw units of the outcome: the ±3 pp band on a
+success rate is ``low=-0.03, high=0.03``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import optimize
+from scipy import stats as sps
+
+from creditaudit.stats._common import (
+    Result,
+    as_1d_finite,
+    check_alternative,
+    check_choice,
+    check_finite_float,
+    check_open_unit,
+    check_same_length,
+)
+
+__all__ = [
+    "READINGS",
+    "TostResult",
+    "SuperiorityResult",
+    "MDEResult",
+    "tost_paired",
+    "tost_ind",
+    "superiority_paired",
+    "superiority_ind",
+    "mde",
+    "equivalence_reading",
+]
+
+#: The only readings a comparison may receive.
+READINGS = ("equivalent", "different", "inconclusive")
+_USEVAR = ("pooled", "unequal")
+_DESIGNS = ("paired", "independent")
+
+
+@dataclass(frozen=True)
+class TostResult(Result):
+    """Two one-sided tests (TOST) for equivalence within ``[low, high]``.
+
+    Attributes
+    ----------
+    estimate : float
+        Mean difference (``mean(x - y)`` paired, ``mean(x) - mean(y)`` independent).
+    pvalue : float
+        TOST p-value, ``max(pvalue_lower, pvalue_upper)``.
+    statistic_lower, pvalue_lower : float
+        t and p of H0: difference <= ``low``.
+    statistic_upper, pvalue_upper : float
+        t and p of H0: difference >= ``high``.
+    difference_statistic, difference_pvalue : float
+        Two-sided t-test of H0: difference = 0 (for the reading rule).
+    se : float
+    df : float
+    low, high : float
+        The equivalence band (raw units).
+    alpha : float
+    ci : tuple of float
+        The ``1 - 2 alpha`` interval of the difference (equivalence iff it lies inside the band).
+    n1, n2 : int
+        Sample sizes (equal for a paired test).
+    reading : str
+        ``equivalence_reading`` of this result.
+    method : str
+    """
+
+    estimate: float
+    pvalue: float
+    statistic_lower: float
+    pvalue_lower: float
+    statistic_upper: float
+    pvalue_upper: float
+    difference_statistic: float
+    difference_pvalue: float
+    se: float
+    df: float
+    low: float
+    high: float
+    alpha: float
+    ci: tuple[float, float]
+    n1: int
+    n2: int
+    reading: str
+    method: str
+
+    @property
+    def equivalent(self) -> bool:
+        return self.pvalue <= self.alpha
+
+    def confidence_interval(self, level: float | None = None) -> tuple[float, float]:
+        """Two-sided t interval of the difference at ``level`` (default ``1 - 2 alpha``)."""
+        level = 1.0 - 2.0 * self.alpha if level is None else check_open_unit("level", level)
+        q = float(sps.t.ppf(1.0 - (1.0 - level) / 2.0, self.df))
+        return self.estimate - q * self.se, self.estimate + q * self.se
+
+
+@dataclass(frozen=True)
+class SuperiorityResult(Result):
+    """One-sided t-test of H1: difference > ``margin``.
+
+    Attributes
+    ----------
+    estimate : float
+        Mean difference.
+    statistic : float
+        ``(estimate - margin) / se``.
+    pvalue : float
+        One-sided p-value.
+    margin : float
+        Superiority margin in raw units (0 for plain superiority; negative for non-inferiority).
+    se, df : float
+    alpha : float
+    ci : tuple of float
+        One-sided ``1 - alpha`` interval ``(lower bound, inf)``.
+    superior : bool
+        ``pvalue <= alpha``.
+    n1, n2 : int
+    method : str
+    """
+
+    estimate: float
+    statistic: float
+    pvalue: float
+    margin: float
+    se: float
+    df: float
+    alpha: float
+    ci: tuple[float, float]
+    superior: bool
+    n1: int
+    n2: int
+    method: str
+
+    def confidence_interval(self, level: float | None = None) -> tuple[float, float]:
+        """One-sided interval ``(lower, inf)`` at ``level`` (default ``1 - alpha``)."""
+        level = 1.0 - self.alpha if level is None else check_open_unit("level", level)
+        return self.estimate - float(sps.t.ppf(level, self.df)) * self.se, math.inf
+
+
+@dataclass(frozen=True)
+class MDEResult(Result):
+    """Design minimum detectable effect.
+
+    Attributes
+    ----------
+    mde : float
+        Smallest true difference (raw units) the t-test of the design detects with probability
+        ``power`` at level ``alpha``.
+    se : float
+        Standard error of the difference under the design, ``sd * sqrt(1/n1 [+ 1/n2])``.
+    df : float
+    n1, n2 : int
+        ``n2`` is 0 for a paired design.
+    sd : float
+    alpha, power : float
+    alternative : str
+    design : str
+    low, high : float or None
+        Equivalence band, when given.
+    equivalence_power : float or None
+        Approximate probability that TOST declares equivalence within ``[low, high]`` when the
+        true difference is 0.
+    band_within_mde : bool or None
+        True when the band's half-width (the smaller one) is below ``mde``: a difference-test
+        null is then uninformative about differences of the size the band allows.
+    method : str
+    """
+
+    mde: float
+    se: float
+    df: float
+    n1: int
+    n2: int
+    sd: float
+    alpha: float
+    power: float
+    alternative: str
+    design: str
+    low: float | None
+    high: float | None
+    equivalence_power: float | None
+    band_within_mde: bool | None
+    method: str
+
+
+def _check_band(low, high):
+    low = check_finite_float("low", low)
+    high = check_finite_float("high", high)
+    if not low < high:
+        raise ValueError(f"`low` must be below `high` (the band is [low, high]); got low={low}, high={high}")
+    return low, high
+
+
+def _paired_iv(x, y):
+    x = as_1d_finite("x", x, min_size=2)
+    y = as_1d_finite("y", y, min_size=2)
+    check_same_length(x=x, y=y)
+    d = x - y
+    sd = float(np.std(d, ddof=1))
+    if sd == 0.0:
+        raise ValueError("the paired differences `x - y` are all equal (zero variance): the t statistic is undefined")
+    n = d.size
+    return float(d.mean()), sd / math.sqrt(n), float(n - 1), n
+
+
+def _ind_iv(x, y, usevar):
+    x = as_1d_finite("x", x, min_size=2)
+    y = as_1d_finite("y", y, min_size=2)
+    usevar = check_choice("usevar", usevar, _USEVAR)
+    n1, n2 = x.size, y.size
+    v1, v2 = float(np.var(x, ddof=1)), float(np.var(y, ddof=1))
+    if v1 == 0.0 and v2 == 0.0:
+        raise ValueError("`x` and `y` are both constant (zero variance): the t statistic is undefined")
+    if usevar == "pooled":
+        df = float(n1 + n2 - 2)
+        sp2 = ((n1 - 1) * v1 + (n2 - 1) * v2) / df
+        se = math.sqrt(sp2 * (1.0 / n1 + 1.0 / n2))
+    else:
+        a, b = v1 / n1, v2 / n2
+        se = math.sqrt(a + b)
+        df = (a + b) ** 2 / (a * a / (n1 - 1) + b * b / (n2 - 1))
+    return float(x.mean() - y.mean()), se, df, n1, n2, usevar
+
+
+def _tost(estimate, se, df, low, high, alpha, n1, n2, method) -> TostResult:
+    t_low = (estimate - low) / se
+    t_high = (estimate - high) / se
+    p_low = float(sps.t.sf(t_low, df))
+    p_high = float(sps.t.cdf(t_high, df))
+    t0 = estimate / se
+    p0 = float(2.0 * sps.t.sf(abs(t0), df))
+    q = float(sps.t.ppf(1.0 - alpha, df))
+    pvalue = max(p_low, p_high)
+    reading = _reading(pvalue, p0, alpha)
+    return TostResult(
+        estimate=estimate,
+        pvalue=pvalue,
+        statistic_lower=float(t_low),
+        pvalue_lower=p_low,
+        statistic_upper=float(t_high),
+        pvalue_upper=p_high,
+        difference_statistic=float(t0),
+        difference_pvalue=p0,
+        se=se,
+        df=df,
+        low=low,
+        high=high,
+        alpha=alpha,
+        ci=(estimate - q * se, estimate + q * se),
+        n1=n1,
+        n2=n2,
+        reading=reading,
+        method=method,
+    )
+
+
+def _reading(tost_pvalue: float, difference_pvalue: float, alpha: float) -> str:
+    if tost_pvalue <= alpha:
+        return "equivalent"
+    if difference_pvalue <= alpha:
+        return "different"
+    return "inconclusive"
+
+
+def tost_paired(x, y, *, low: float, high: float, alpha: float = 0.05) -> TostResult:
+    """Paired two one-sided t-tests for equivalence of ``mean(x - y)`` within ``[low, high]``.
+
+    Parameters
+    ----------
+    x, y : array_like
+        Paired outcomes (e.g. per-task success of two arms on the same held-out tasks); no NaN,
+        same length, at least 2.
+    low, high : float
+        Equivalence band in raw units, ``low < high`` (±3 pp: ``low=-0.03, high=0.03``).
+    alpha : float, default 0.05
+        Level of each one-sided test.
+
+    Returns
+    -------
+    TostResult
+
+    Notes
+    -----
+    With :math:`d = x - y`, :math:`\\bar d`, :math:`se = s_d/\\sqrt n`, :math:`df = n - 1`:
+    :math:`t_L = (\\bar d - low)/se`, :math:`p_L = P(T_{df} > t_L)`;
+    :math:`t_U = (\\bar d - high)/se`, :math:`p_U = P(T_{df} < t_U)`;
+    :math:`p = \\max(p_L, p_U)`. Equivalence at level alpha iff the :math:`1-2\\alpha` interval
+    lies inside the band. See :func:`equivalence_reading` for the reading.
+
+    References
+    ----------
+    .. [1] Schuirmann, D. J. (1987). A comparison of the two one-sided tests procedure and the
+       power approach for assessing the equivalence of average bioavailability.
+       *J. Pharmacokinet. Biopharm.* 15(6), 657-680.
+    .. [2] Lakens, D. (2017). Equivalence tests. *Soc. Psychol. Personal. Sci.* 8(4), 355-362.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from creditaudit.stats import tost_paired
+    >>> x = np.array([0.50, 0.52, 0.48, 0.51, 0.49, 0.50, 0.53, 0.47])
+    >>> y = np.array([0.50, 0.51, 0.49, 0.50, 0.50, 0.49, 0.52, 0.48])
+    >>> res = tost_paired(x, y, low=-0.03, high=0.03)
+    >>> res.reading, bool(res.pvalue < 0.001)
+    ('equivalent', True)
+    """
+    low, high = _check_band(low, high)
+    alpha = check_open_unit("alpha", alpha)
+    estimate, se, df, n = _paired_iv(x, y)
+    return _tost(estimate, se, df, low, high, alpha, n, n, "paired TOST (t)")
+
+
+def tost_ind(x, y, *, low: float, high: float, alpha: float = 0.05, usevar: str = "pooled") -> TostResult:
+    """Independent-samples two one-sided t-tests for equivalence of ``mean(x) - mean(y)``.
+
+    Parameters
+    ----------
+    x, y : array_like
+        Independent samples; no NaN; at least 2 each.
+    low, high : float
+        Equivalence band in raw units, ``low < high``.
+    alpha : float, default 0.05
+    usevar : {'pooled', 'unequal'}, default 'pooled'
+        Pooled-variance (Student) or Welch-Satterthwaite standard error and df.
+
+    Returns
+    -------
+    TostResult
+
+    Notes
+    -----
+    Pooled: :math:`se = s_p\\sqrt{1/n_1 + 1/n_2}`, :math:`df = n_1 + n_2 - 2`. Unequal:
+    :math:`se = \\sqrt{s_1^2/n_1 + s_2^2/n_2}`, Welch-Satterthwaite df. Then as
+    :func:`tost_paired`.
+
+    References
+    ----------
+    .. [1] Schuirmann, D. J. (1987). *J. Pharmacokinet. Biopharm.* 15(6), 657-680.
+
+    Examples
+    --------
+    >>> from creditaudit.stats import tost_ind
+    >>> res = tost_ind([0.1, 0.2, 0.3, 0.4], [0.6, 0.7, 0.8, 0.9], low=-0.03, high=0.03)
+    >>> res.reading, round(res.estimate, 2)
+    ('different', -0.5)
+    """
+    low, high = _check_band(low, high)
+    alpha = check_open_unit("alpha", alpha)
+    estimate, se, df, n1, n2, usevar = _ind_iv(x, y, usevar)
+    return _tost(estimate, se, df, low, high, alpha, n1, n2, f"independent TOST (t, {usevar} variance)")
+
+
+def _superiority(estimate, se, df, margin, alpha, n1, n2, method) -> SuperiorityResult:
+    t = (estimate - margin) / se
+    p = float(sps.t.sf(t, df))
+    return SuperiorityResult(
+        estimate=estimate,
+        statistic=float(t),
+        pvalue=p,
+        margin=margin,
+        se=se,
+        df=df,
+        alpha=alpha,
+        ci=(estimate - float(sps.t.ppf(1.0 - alpha, df)) * se, math.inf),
+        superior=p <= alpha,
+        n1=n1,
+        n2=n2,
+        method=method,
+    )
+
+
+def superiority_paired(x, y, *, margin: float = 0.0, alpha: float = 0.05) -> SuperiorityResult:
+    """One-sided paired t-test of H1: ``mean(x - y) > margin``.
+
+    Parameters
+    ----------
+    x, y : array_like
+        Paired outcomes, same length, at least 2; no NaN.
+    margin : float, default 0.0
+        Raw-unit margin; 0 is plain superiority, a negative value a non-inferiority test.
+    alpha : float, default 0.05
+
+    Returns
+    -------
+    SuperiorityResult
+
+    Notes
+    -----
+    :math:`t = (\\bar d - margin)/(s_d/\\sqrt n)`, :math:`p = P(T_{n-1} > t)`.
+
+    References
+    ----------
+    .. [1] Student (1908). The probable error of a mean. *Biometrika* 6(1), 1-25.
+
+    Examples
+    --------
+    >>> from creditaudit.stats import superiority_paired
+    >>> res = superiority_paired([1, 1, 1, 0, 1, 1, 0, 1], [0, 1, 0, 0, 1, 0, 0, 1])
+    >>> round(res.estimate, 3), res.superior
+    (0.375, True)
+    """
+    margin = check_finite_float("margin", margin)
+    alpha = check_open_unit("alpha", alpha)
+    estimate, se, df, n = _paired_iv(x, y)
+    return _superiority(estimate, se, df, margin, alpha, n, n, "paired one-sided t (superiority)")
+
+
+def superiority_ind(x, y, *, margin: float = 0.0, alpha: float = 0.05, usevar: str = "pooled") -> SuperiorityResult:
+    """One-sided independent-samples t-test of H1: ``mean(x) - mean(y) > margin``.
+
+    Parameters
+    ----------
+    x, y : array_like
+        Independent samples, at least 2 each; no NaN.
+    margin : float, default 0.0
+    alpha : float, default 0.05
+    usevar : {'pooled', 'unequal'}, default 'pooled'
+
+    Returns
+    -------
+    SuperiorityResult
+
+    Notes
+    -----
+    :math:`t = (\\bar x - \\bar y - margin)/se` with the standard error and df of
+    :func:`tost_ind`; :math:`p = P(T_{df} > t)`.
+
+    References
+    ----------
+    .. [1] Welch, B. L. (1947). The generalization of Student's problem when several different
+       population variances are involved. *Biometrika* 34, 28-35.
+
+    Examples
+    --------
+    >>> from creditaudit.stats import superiority_ind
+    >>> res = superiority_ind([0.6, 0.7, 0.8], [0.1, 0.2, 0.3])
+    >>> res.superior, round(res.estimate, 2)
+    (True, 0.5)
+    """
+    margin = check_finite_float("margin", margin)
+    alpha = check_open_unit("alpha", alpha)
+    estimate, se, df, n1, n2, usevar = _ind_iv(x, y, usevar)
+    return _superiority(
+        estimate, se, df, margin, alpha, n1, n2, f"independent one-sided t (superiority, {usevar} variance)"
+    )
+
+
+def _t_power(delta_over_se: float, df: float, alpha: float, alternative: str) -> float:
+    if alternative == "two-sided":
+        q = sps.t.ppf(1.0 - alpha / 2.0, df)
+        return float(sps.nct.sf(q, df, delta_over_se) + sps.nct.cdf(-q, df, delta_over_se))
+    q = sps.t.ppf(1.0 - alpha, df)
+    if alternative == "greater":
+        return float(sps.nct.sf(q, df, delta_over_se))
+    return float(sps.nct.cdf(-q, df, delta_over_se))
+
+
+def _mde_iv(n, sd, alpha, power, alternative, design, n2, low, high):
+    design = check_choice("design", design, _DESIGNS)
+    if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 2:
+        raise ValueError(f"`n` must be an integer >= 2; got {n!r}")
+    if design == "paired":
+        if n2 is not None:
+            raise ValueError("`n2` is only for design='independent'; a paired design has one `n`")
+        n2 = 0
+    elif n2 is None:
+        n2 = int(n)
+    elif isinstance(n2, bool) or not isinstance(n2, int | np.integer) or n2 < 2:
+        raise ValueError(f"`n2` must be an integer >= 2; got {n2!r}")
+    sd = check_finite_float("sd", sd)
+    if sd <= 0:
+        raise ValueError(f"`sd` must be positive; got {sd}")
+    alpha = check_open_unit("alpha", alpha)
+    power = check_open_unit("power", power)
+    alternative = check_alternative(alternative)
+    if power <= alpha:
+        raise ValueError(
+            f"`power` must exceed `alpha` (a test has power alpha at no effect); got power={power}, alpha={alpha}"
+        )
+    if (low is None) != (high is None):
+        raise ValueError("give both `low` and `high` (the equivalence band) or neither")
+    if low is not None:
+        low, high = _check_band(low, high)
+        if not (low < 0 < high):
+            raise ValueError(f"the band [`low`, `high`] must contain 0; got [{low}, {high}]")
+    return int(n), int(n2), sd, alpha, power, alternative, design, low, high
+
+
+def mde(
+    n: int,
+    *,
+    sd: float,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    alternative: str = "two-sided",
+    design: str = "paired",
+    n2: int | None = None,
+    low: float | None = None,
+    high: float | None = None,
+) -> MDEResult:
+    """Design minimum detectable effect of a t-test, and the equivalence power of a band.
+
+    Parameters
+    ----------
+    n : int
+        Pairs (paired design) or size of the first group (independent design), at least 2.
+    sd : float
+        Standard deviation of the paired differences (paired) or of the outcome in each group
+        (independent), assumed at design time. For paired binary outcomes with discordance rate
+        :math:`\\pi_d` and true difference 0, :math:`sd = \\sqrt{\\pi_d}`.
+    alpha : float, default 0.05
+    power : float, default 0.8
+    alternative : {'two-sided', 'less', 'greater'}, default 'two-sided'
+    design : {'paired', 'independent'}, default 'paired'
+    n2 : int, optional
+        Size of the second group (independent design; defaults to ``n``).
+    low, high : float, optional
+        Equivalence band (raw units, ``low < 0 < high``); when given, the result carries the
+        approximate TOST power at a true difference of 0 and whether the band is narrower than
+        the MDE.
+
+    Returns
+    -------
+    MDEResult
+
+    Notes
+    -----
+    :math:`se = sd/\\sqrt n` (paired, :math:`df = n-1`) or
+    :math:`sd\\sqrt{1/n_1 + 1/n_2}` (independent, :math:`df = n_1+n_2-2`). The MDE is the
+    :math:`\\delta > 0` solving :math:`\\text{power}(\\delta) = 1-\\beta` under the noncentral
+    t with noncentrality :math:`\\delta/se` (two-sided: both tails counted). For
+    ``alternative='less'`` the MDE is reported as a positive magnitude.
+    TOST power at 0 uses the standard approximation
+    :math:`\\max\\{0, F_{df,(0-low)/se}^{>}(t_{1-\\alpha}) + F_{df,high/se}^{>}(t_{1-\\alpha}) - 1\\}`,
+    with :math:`F^{>}` the noncentral-t survival function — exact for known variance.
+
+    References
+    ----------
+    .. [1] Cohen, J. (1988). *Statistical Power Analysis for the Behavioral Sciences*, 2nd ed.
+    .. [2] Chow, S.-C., Shao, J. & Wang, H. (2008). *Sample Size Calculations in Clinical
+       Research*, 2nd ed., §3.2 (equivalence).
+
+    Examples
+    --------
+    >>> from creditaudit.stats import mde
+    >>> res = mde(128, sd=0.5, low=-0.03, high=0.03)
+    >>> round(res.mde, 3), res.band_within_mde
+    (0.125, True)
+    """
+    n, n2, sd, alpha, power, alternative, design, low, high = _mde_iv(
+        n, sd, alpha, power, alternative, design, n2, low, high
+    )
+    if design == "paired":
+        se, df = sd / math.sqrt(n), float(n - 1)
+    else:
+        se, df = sd * math.sqrt(1.0 / n + 1.0 / n2), float(n + n2 - 2)
+    sign = -1.0 if alternative == "less" else 1.0
+
+    def gap(ncp: float) -> float:
+        return _t_power(sign * ncp, df, alpha, alternative) - power
+
+    hi = 1.0
+    while gap(hi) < 0:
+        hi *= 2.0
+    ncp = optimize.brentq(gap, 0.0, hi, xtol=1e-12, rtol=1e-12)
+    value = ncp * se
+    eq_power = band_within = None
+    if low is not None:
+        q = sps.t.ppf(1.0 - alpha, df)
+        eq_power = float(max(0.0, sps.nct.sf(q, df, -low / se) + sps.nct.sf(q, df, high / se) - 1.0))
+        band_within = bool(min(-low, high) < value)
+    return MDEResult(
+        mde=float(value),
+        se=float(se),
+        df=df,
+        n1=n,
+        n2=n2,
+        sd=sd,
+        alpha=alpha,
+        power=power,
+        alternative=alternative,
+        design=design,
+        low=low,
+        high=high,
+        equivalence_power=eq_power,
+        band_within_mde=band_within,
+        method="noncentral t",
+    )
+
+
+def equivalence_reading(result: TostResult) -> str:
+    """The reading of a TOST result: "equivalent", "different" or "inconclusive".
+
+    Parameters
+    ----------
+    result : TostResult
+        From :func:`tost_paired` or :func:`tost_ind`.
+
+    Returns
+    -------
+    str
+        One of :data:`READINGS`.
+
+    Notes
+    -----
+    "equivalent" when the TOST p-value is <= alpha (the :math:`1-2\\alpha` interval lies inside
+    the band) — also when the difference test is significant too: a difference inside the
+    preregistered band is, by the band's definition, negligible; the result still carries
+    ``difference_pvalue`` for that case. Otherwise "different" when the two-sided difference
+    test has p <= alpha, else "inconclusive". Never "no difference": a non-significant difference
+    test alone supports no claim.
+
+    References
+    ----------
+    .. [1] Lakens, D., Scheel, A. M. & Isager, P. M. (2018). Equivalence testing for
+       psychological research: a tutorial. *AMPPS* 1(2), 259-269.
+
+    Examples
+    --------
+    >>> from creditaudit.stats import tost_paired, equivalence_reading
+    >>> res = tost_paired([1, 0, 1, 1, 0, 1], [0, 0, 1, 0, 1, 1], low=-0.03, high=0.03)
+    >>> equivalence_reading(res)
+    'inconclusive'
+    """
+    if not isinstance(result, TostResult):
+        raise ValueError(f"`result` must be a TostResult; got {type(result).__name__}")
+    return _reading(result.pvalue, result.difference_pvalue, result.alpha)
