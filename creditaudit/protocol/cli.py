@@ -37,14 +37,7 @@ def render_template(policy: Path | None = None, protocol_dir: Path | None = None
     text = default_template_text()
     if policy is None:
         return text
-    pins = policy_pins(policy)
-    for line in _PIN_LINES:
-        if line not in text:  # pragma: no cover - guards the template's shape
-            raise RuntimeError(f"template lost its placeholder line {line!r}")
-    text = text.replace(_PIN_LINES[0], _yaml_map("model_files", pins["model_files"]))
-    text = text.replace(_PIN_LINES[1], _yaml_map("tokenizer_files", pins["tokenizer_files"]))
-    chat = pins["chat_template_sha256"]
-    text = text.replace(_PIN_LINES[2], f"  chat_template_sha256: {chat if chat else 'null'}\n")
+    text = pin_policy_text(text, policy)
     base = (protocol_dir or Path.cwd()).resolve()
     rel = Path(os.path.relpath(policy.resolve(), base)).as_posix()
     old = "  path: policy                 # relative to this file's directory unless absolute\n"
@@ -74,6 +67,43 @@ def init_command(
     typer.echo(f"wrote {path} (protocol id {protocol.id})")
     if not protocol.policy.model_files:
         typer.echo("note: no policy pinned yet; run `creditaudit policy build` and re-init with --policy before freezing")
+
+
+def pin_policy_text(text: str, policy: Path) -> str:
+    """``text`` (a protocol whose policy is not pinned yet) with the policy's hashes filled in."""
+    missing = [line.strip() for line in _PIN_LINES if line not in text]
+    if missing:
+        raise InputError(
+            f"the protocol's policy section is already pinned or was edited by hand (no placeholder line "
+            f"{missing[0]!r}); pinning rewrites only an unpinned protocol — write a new one with "
+            "`protocol init --policy DIR`"
+        )
+    pins = policy_pins(policy)
+    text = text.replace(_PIN_LINES[0], _yaml_map("model_files", pins["model_files"]))
+    text = text.replace(_PIN_LINES[1], _yaml_map("tokenizer_files", pins["tokenizer_files"]))
+    chat = pins["chat_template_sha256"]
+    return text.replace(_PIN_LINES[2], f"  chat_template_sha256: {chat if chat else 'null'}\n")
+
+
+@app.command("pin")
+def pin_command(
+    path: Path = typer.Argument(..., help="An unpinned protocol (not yet frozen)."),
+    policy: Path | None = typer.Option(None, "--policy", help="Policy directory (default: the protocol's policy.path)."),
+) -> None:
+    """Hash the policy's files into an unpinned protocol (before freezing)."""
+    from creditaudit.protocol.lock import lock_path_for, policy_dir
+
+    if lock_path_for(path).exists():
+        raise InputError(f"{path}: already frozen; a frozen protocol is never edited (amend instead)")
+    protocol = load_protocol(path)
+    directory = policy or policy_dir(protocol, path)
+    text = pin_policy_text(path.read_text("utf-8"), directory)
+    pinned = parse_protocol(text, source=str(path))
+    tmp = path.with_name("." + path.name + ".tmp")
+    tmp.write_text(text, "utf-8")
+    os.replace(tmp, path)
+    typer.echo(f"pinned {len(pinned.policy.model_files)} model and {len(pinned.policy.tokenizer_files)} tokenizer "
+               f"file(s) of {directory} into {path} (protocol id {pinned.id})")
 
 
 @app.command("keygen")

@@ -498,4 +498,4 @@ def require_frozen(protocol_path: str | Path, *, check_inputs: bool = True) -> F
     report = verify(protocol_path, check_inputs=check_inputs)
     if not report.ok:
         raise CheckFailed(f"{protocol_path}: the protocol does not verify; no stage runs on it:\n{report.render()}")
-    return FrozenProtocol(load_protocol(protocol_path), report.lock, Path(protocol_path))
+    return FrozenProtocol(load_protocol(protocol_path), report.lock, Path(protocol_path).resolve())

@@ -421,6 +421,22 @@ class ControlSpec(_Model):
         return self
 
 
+class RouterSection(_Model):
+    """The confidence router: send the lowest-confidence turns to the judge (SPEC.md §4).
+
+    The threshold is the order statistic of the policy's own confidence that makes the routed
+    share equal ``routed_share``; the router is always reported with its recall of pivotal turns
+    (its negative result in the paper: recall at chance) beside the judge calls it saves.
+    """
+
+    confidence_family: Name = "confidence"
+    """Family whose credit is the policy's confidence."""
+    judge_family: Name = "judge"
+    """Family the routed turns are sent to."""
+    routed_share: float = Field(0.87, gt=0.0, le=1.0)
+    """Share of turns routed to the judge (the paper's router skipped ~13% of turns)."""
+
+
 # --------------------------------------------------------------------------- statistics
 
 
@@ -798,6 +814,8 @@ class Protocol(_Model):
     """Credit families audited, with every constant."""
     controls: list[ControlSpec] = Field(min_length=1)
     """Control definitions."""
+    router: RouterSection = Field(default_factory=RouterSection)
+    """Confidence router."""
     statistics: StatisticsSection = Field(default_factory=StatisticsSection)
     """Statistics settings."""
     exclusions: ExclusionSection = Field(default_factory=ExclusionSection)
@@ -820,6 +838,10 @@ class Protocol(_Model):
         for control in self.controls:
             if control.of is not None and control.of not in names:
                 raise ValueError(f"control {control.name!r}: `of` names unknown family {control.of!r}")
+        for field_name in ("confidence_family", "judge_family"):
+            family = getattr(self.router, field_name)
+            if family not in names:
+                raise ValueError(f"router.{field_name} names unknown family {family!r}")
         for name in self.hypotheses.confirmatory:
             if name not in names:
                 raise ValueError(f"hypotheses.confirmatory names unknown family {name!r}")
