@@ -1,0 +1,344 @@
+"""Tests of the policy interface (creditaudit.replay.policy) on tiny randomly initialised Qwen2
+models built here: no download, no trained weights."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from creditaudit.errors import InputError
+from creditaudit.replay.default_policy import SPECIAL_TOKENS, build_model, build_tokenizer
+from creditaudit.replay.policy import (
+    HFPolicy,
+    PromptBuilder,
+    chat_template_sha256,
+    format_hindsight,
+    load_policy,
+    policy_file_hashes,
+)
+
+WORDS = sorted(
+    {
+        "go", "to", "desk", "take", "mug", "from", "put", "in", "on", "fridge", "apple", "open", "examine",
+        "look", "task", "observation", "action", "admissible", "actions", "outcome", "you", "see", "a", "the",
+        "arrive", "at", "1", "2", "3", ":", "|", ".", ",",
+    }
+)
+GOAL = "put a mug in the fridge"
+ADMISSIBLE = ["go to desk 1", "take mug 1 from desk 1", "open fridge 1", "look"]
+
+
+def _tokenizer():
+    return build_tokenizer(list(SPECIAL_TOKENS) + WORDS)
+
+
+def _model(tokenizer, seed=0, scale=4.0):
+    model = build_model(len(tokenizer), tokenizer, hidden_size=32, num_layers=2, num_heads=4, init_seed=seed)
+    # Larger embeddings make the random model's next-token distribution far from uniform, which
+    # the temperature test needs.
+    with torch.no_grad():
+        model.model.embed_tokens.weight.mul_(scale)
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def policy():
+    tok = _tokenizer()
+    return HFPolicy(_model(tok), tok, history_length=2, max_action_tokens=6)
+
+
+def _prompts(policy, n=5):
+    b = policy.prompt_builder
+    out = []
+    for i in range(n):
+        history = [(f"you arrive at desk {1 + j % 3}", "look") for j in range(i)]
+        out.append(b.build(GOAL, "you see a mug 1 " * (i + 1), ADMISSIBLE[: 1 + i % 4], history))
+    return out
+
+
+# ----------------------------------------------------------------------------- scoring
+
+
+def test_score_matches_manual_forward_pass(policy):
+    prompt = _prompts(policy, 1)[0]
+    action = "take mug 1 from desk 1"
+    score = policy.score([prompt], [action], include_stop=True)[0]
+    ids = policy.encode_prompt(prompt) + policy.encode_action(action) + [policy.eos_token_id]
+    with torch.no_grad():
+        logits = policy.model(input_ids=torch.tensor([ids])).logits[0]
+    logp = torch.log_softmax(logits.double(), dim=-1)
+    n_prompt = len(policy.encode_prompt(prompt))
+    manual = [float(logp[p - 1, ids[p]]) for p in range(n_prompt, len(ids))]
+    assert score.token_ids == tuple(policy.encode_action(action))
+    assert score.n_tokens == 6
+    assert score.token_logprobs == pytest.approx(manual[:-1], abs=1e-5)
+    assert score.stop_logprob == pytest.approx(manual[-1], abs=1e-5)
+    assert score.sum_logprob == pytest.approx(sum(manual[:-1]), abs=1e-5)
+    assert score.mean_logprob == pytest.approx(sum(manual[:-1]) / 6, abs=1e-5)
+
+
+def test_score_batched_equals_unbatched(policy):
+    prompts = _prompts(policy, 5)
+    actions = ["go to desk 1", "look", "take mug 1 from desk 1", "open fridge 1", "put mug 1 in fridge 1"]
+    batched = policy.score(prompts, actions, include_stop=True, batch_size=5)
+    for p, a, b in zip(prompts, actions, batched):
+        alone = policy.score([p], [a], include_stop=True, batch_size=1)[0]
+        assert alone.token_ids == b.token_ids
+        assert alone.token_logprobs == pytest.approx(b.token_logprobs, abs=1e-5)
+        assert alone.stop_logprob == pytest.approx(b.stop_logprob, abs=1e-5)
+
+
+def test_score_rejects_bad_rows(policy):
+    with pytest.raises(ValueError, match="same length"):
+        policy.score(["a"], ["b", "c"])
+    with pytest.raises(InputError, match=r"`actions\[0\]`"):
+        policy.score(["task :"], ["   "])
+
+
+# ----------------------------------------------------------------------------- sampling
+
+
+def test_sampling_is_reproducible(policy):
+    prompts = _prompts(policy, 4)
+    a = policy.sample(prompts, seeds=[1, 2, 3, 4], temperature=1.0)
+    b = policy.sample(prompts, seeds=[1, 2, 3, 4], temperature=1.0)
+    assert [x.token_ids for x in a] == [x.token_ids for x in b]
+    assert [x.token_logprobs for x in a] == [x.token_logprobs for x in b]
+    c = policy.sample(prompts, seeds=[5, 6, 7, 8], temperature=1.0)
+    assert [x.token_ids for x in a] != [x.token_ids for x in c]
+
+
+def test_sample_row_depends_only_on_its_prompt_and_seed(policy):
+    prompts = _prompts(policy, 5)
+    target, seed = prompts[2], 12345
+    alone = policy.sample([target], seeds=[seed], temperature=1.0)[0]
+    others = [
+        ([target] + prompts[:2], [seed, 7, 8], 0),
+        (prompts[3:] + [target] + prompts[:1], [1, 2, seed, 3], 2),
+        ([prompts[4], prompts[0], target], [9, 9, seed], 2),
+    ]
+    for batch, seeds, where in others:
+        for bs in (1, 2, 32):
+            row = policy.sample(batch, seeds=seeds, temperature=1.0, batch_size=bs)[where]
+            assert row.text == alone.text
+            assert row.token_ids == alone.token_ids
+            assert row.token_logprobs == pytest.approx(alone.token_logprobs, abs=1e-5)
+
+
+def test_sampled_logprobs_are_the_policy_logprobs_at_temperature_one(policy):
+    prompts = _prompts(policy, 3)
+    for temperature in (0.5, 1.0, 2.0):
+        for s in policy.sample(prompts, seeds=[11, 12, 13], temperature=temperature):
+            assert len(s.token_ids) == len(s.token_logprobs) <= 6
+            if not s.text:
+                continue
+            scored = policy.score([prompts[[11, 12, 13].index(s.seed)]], [s.text], include_stop=True)[0]
+            assert scored.token_ids == s.token_ids  # the word-level tokenizer round-trips
+            assert scored.token_logprobs == pytest.approx(s.token_logprobs, abs=1e-5)
+            if s.stop_reason == "eos":
+                assert scored.stop_logprob == pytest.approx(s.stop_logprob, abs=1e-5)
+
+
+def test_temperature_zero_is_greedy_and_ignores_the_seed(policy):
+    prompt = _prompts(policy, 1)[0]
+    greedy = policy.sample([prompt] * 3, seeds=[1, 2, 3], temperature=0)
+    assert len({g.token_ids for g in greedy}) == 1
+    ids = policy.encode_prompt(prompt)
+    with torch.no_grad():
+        first = int(policy.model(input_ids=torch.tensor([ids])).logits[0, -1].argmax())
+    assert (greedy[0].token_ids[:1] or (policy.eos_token_id,))[0] == first
+
+
+@pytest.mark.parametrize("temperature", [0.5, 1.0, 2.0])
+def test_first_token_frequencies_follow_softmax_at_temperature(policy, temperature):
+    prompt = _prompts(policy, 1)[0]
+    ids = policy.encode_prompt(prompt)
+    with torch.no_grad():
+        logits = policy.model(input_ids=torch.tensor([ids])).logits[0, -1].double()
+    probs = torch.softmax(logits / temperature, -1)
+    top = int(probs.argmax())
+    n = 600
+    draws = policy.sample([prompt] * n, seeds=list(range(n)), temperature=temperature, max_action_tokens=1)
+    firsts = [d.token_ids[0] if d.token_ids else policy.eos_token_id for d in draws]
+    freq = firsts.count(top) / n
+    p = float(probs[top])
+    assert abs(freq - p) < 4 * math.sqrt(p * (1 - p) / n) + 1e-9
+    # and the reported log-probability is the temperature-1 one
+    tops = [d for d in draws if d.token_ids and d.token_ids[0] == top]
+    if tops:
+        assert tops[0].token_logprobs[0] == pytest.approx(float(torch.log_softmax(logits, -1)[top]), abs=1e-5)
+
+
+def test_stop_at_eos_newline_and_max_tokens():
+    tok = _tokenizer()
+    tok.add_tokens(["\n"])  # a line-break token (the word-level pre-tokenizer drops whitespace)
+    model = _model(tok)
+    model.resize_token_embeddings(len(tok))
+    newline = tok.convert_tokens_to_ids("\n")
+    bias = torch.zeros(len(tok))
+    handle = model.lm_head.register_forward_hook(lambda m, i, o: o + bias)
+    pol = HFPolicy(model, tok, max_action_tokens=4)
+    assert newline in pol.newline_token_ids
+    prompt = pol.prompt_builder.build(GOAL, "you see a mug 1", ADMISSIBLE)
+    try:
+        out = pol.sample([prompt] * 8, seeds=list(range(8)), temperature=1.0)
+        assert all(o.stop_reason == "max_tokens" and len(o.token_ids) == 4 and o.stop_logprob is None for o in out
+                   if o.stop_reason == "max_tokens")
+        assert pol.sample([prompt], seeds=[0], temperature=1.0, max_action_tokens=2)[0].token_ids.__len__() <= 2
+        bias[pol.eos_token_id] = 50.0
+        out = pol.sample([prompt] * 3, seeds=[0, 1, 2], temperature=1.0)
+        assert all(o.stop_reason == "eos" and o.text == "" and o.stop_logprob > -1e-3 for o in out)
+        bias[pol.eos_token_id] = 0.0
+        bias[newline] = 50.0
+        out = pol.sample([prompt] * 3, seeds=[0, 1, 2], temperature=1.0)
+        assert all(o.stop_reason == "newline" and o.text == "" and o.token_ids == () for o in out)
+    finally:
+        handle.remove()
+
+
+def test_sample_rejects_bad_arguments(policy):
+    with pytest.raises(ValueError, match="`seeds`"):
+        policy.sample(["a", "b"], seeds=[1], temperature=1.0)
+    with pytest.raises(ValueError, match="`temperature`"):
+        policy.sample(["a"], seeds=[1], temperature=-1.0)
+    with pytest.raises(ValueError, match="`seeds`"):
+        policy.sample(["a"], seeds=[-3], temperature=1.0)
+
+
+# ----------------------------------------------------------------------------- prompts
+
+
+def test_prompt_builder_shows_the_last_history_length_turns():
+    history = [(f"obs {i}", f"act {i}") for i in range(5)]
+    text = PromptBuilder(None, history_length=2).build(GOAL, "now", ADMISSIBLE, history)
+    assert "obs 3" in text and "act 4" in text and "obs 2" not in text and "act 2" not in text
+    assert text.index("obs 3") < text.index("obs 4") < text.index("observation: now")
+    assert text.endswith("action:")
+    assert "admissible actions: go to desk 1 | take mug 1 from desk 1 | open fridge 1 | look" in text
+    none = PromptBuilder(None, history_length=0).build(GOAL, "now", ADMISSIBLE, history)
+    assert "obs" not in none.replace("observation", "")
+    short = PromptBuilder(None, history_length=9).build(GOAL, "now", ADMISSIBLE, history[:1])
+    assert "obs 0" in short
+
+
+def test_prompt_builder_injects_hindsight_and_hashes_its_settings():
+    b = PromptBuilder(None, history_length=2)
+    hind = format_hindsight("You move the mug 1 to the fridge 1.", True)
+    text = b.build(GOAL, "now", ADMISSIBLE, hindsight=hind)
+    assert "outcome: the task was completed successfully. final observation: You move the mug 1" in text
+    assert text.index("outcome:") > text.index("admissible actions:")
+    assert "outcome:" not in b.build(GOAL, "now", ADMISSIBLE)
+    assert len(b.template_hash) == 64
+    assert b.template_hash == PromptBuilder(None, history_length=2).template_hash
+    assert b.template_hash != PromptBuilder(None, history_length=3).template_hash
+    with pytest.raises(ValueError, match="`history_length`"):
+        PromptBuilder(None, history_length=-1)
+
+
+def test_prompt_builder_uses_the_chat_template_when_there_is_one():
+    tok = _tokenizer()
+    assert PromptBuilder(tok).mode == "plain"
+    tok.chat_template = "{% for m in messages %}<{{ m.role }}> {{ m.content }}{% endfor %}{% if add_generation_prompt %} <assistant>{% endif %}"
+    b = PromptBuilder(tok)
+    assert b.mode == "chat"
+    text = b.build(GOAL, "now", ADMISSIBLE)
+    assert text.startswith("<user> ") and text.endswith(" <assistant>") and "task: put a mug" in text
+    assert b.template_settings["chat_template_sha256"] == chat_template_sha256(tok.chat_template)
+    assert b.template_hash != PromptBuilder(tok, use_chat_template=False).template_hash
+    with pytest.raises(InputError, match="no chat template"):
+        PromptBuilder(_tokenizer(), use_chat_template=True)
+
+
+# ----------------------------------------------------------------------------- files and loading
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory, policy):
+    path = tmp_path_factory.mktemp("policy")
+    policy.model.save_pretrained(path)
+    policy.tokenizer.save_pretrained(path)
+    return path
+
+
+def test_policy_file_hashes_and_reload(saved, policy):
+    (saved / "README.md").write_text("not part of the identity")
+    hashes = policy_file_hashes(saved)
+    assert set(hashes) == {"model_files", "tokenizer_files", "chat_template_sha256"}
+    assert {"config.json", "model.safetensors"} <= set(hashes["model_files"])
+    assert {"tokenizer.json", "tokenizer_config.json"} <= set(hashes["tokenizer_files"])
+    assert "README.md" not in hashes["model_files"] and "README.md" not in hashes["tokenizer_files"]
+    assert hashes["chat_template_sha256"] is None
+    assert all(len(v) == 64 for v in {**hashes["model_files"], **hashes["tokenizer_files"]}.values())
+    loaded = load_policy(saved, device="cpu", max_action_tokens=6)
+    prompts = _prompts(policy, 2)
+    a = policy.score(prompts, ["look", "go to desk 1"])
+    b = loaded.score(prompts, ["look", "go to desk 1"])
+    for x, y in zip(a, b):
+        assert x.token_ids == y.token_ids
+        assert x.token_logprobs == pytest.approx(y.token_logprobs, abs=1e-6)
+    s1 = policy.sample(prompts, seeds=[3, 4], temperature=0.7)
+    s2 = loaded.sample(prompts, seeds=[3, 4], temperature=0.7)
+    assert [x.text for x in s1] == [x.text for x in s2]
+
+
+def test_chat_template_hash_from_files_matches_the_loaded_tokenizer(tmp_path, policy):
+    tok = _tokenizer()
+    tok.chat_template = "{% for m in messages %}{{ m.content }}{% endfor %}"
+    policy.model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    hashes = policy_file_hashes(tmp_path)
+    assert hashes["chat_template_sha256"] == chat_template_sha256(tok.chat_template)
+    loaded = load_policy(tmp_path, device="cpu")
+    assert loaded.prompt_builder.mode == "chat"
+    assert loaded.prompt_builder.template_settings["chat_template_sha256"] == hashes["chat_template_sha256"]
+
+
+def test_missing_path_is_an_input_error(tmp_path):
+    missing = tmp_path / "nope"
+    with pytest.raises(InputError, match="does not exist.*policy build"):
+        load_policy(missing)
+    with pytest.raises(InputError, match="does not exist"):
+        policy_file_hashes(missing)
+    f = tmp_path / "file.bin"
+    f.write_bytes(b"x")
+    with pytest.raises(InputError, match="is a file, not a model directory"):
+        load_policy(f)
+
+
+def test_directory_that_is_not_a_causal_lm_is_an_input_error(tmp_path):
+    with pytest.raises(InputError, match="no config.json"):
+        load_policy(tmp_path)
+    with pytest.raises(InputError, match="no config.json"):
+        policy_file_hashes(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "vit", "hidden_size": 8}))
+    with pytest.raises(InputError, match="not a causal language model"):
+        load_policy(tmp_path)
+    with pytest.raises(InputError, match="no weight file"):
+        policy_file_hashes(tmp_path)
+
+
+def test_weights_missing_or_tokenizer_missing_is_an_input_error(tmp_path, policy):
+    policy.model.config.save_pretrained(tmp_path)
+    with pytest.raises(InputError, match=str(tmp_path).replace("\\", "\\\\") + ".*cannot be loaded"):
+        load_policy(tmp_path)
+    policy.model.save_pretrained(tmp_path)
+    with pytest.raises(InputError, match="tokenizer cannot be loaded"):
+        load_policy(tmp_path)
+    with pytest.raises(InputError, match="no tokenizer file"):
+        policy_file_hashes(tmp_path)
+
+
+def test_tokenizer_without_end_of_sequence_token_is_an_input_error(tmp_path, policy):
+    from transformers import PreTrainedTokenizerFast
+
+    tok = PreTrainedTokenizerFast(tokenizer_object=_tokenizer().backend_tokenizer, pad_token="<pad>", unk_token="<unk>")
+    assert tok.eos_token_id is None
+    with pytest.raises(InputError, match="no end-of-sequence token"):
+        HFPolicy(policy.model, tok)
+    policy.model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    with pytest.raises(InputError, match=f"{tmp_path}.*no end-of-sequence token.*eos_token"):
+        load_policy(tmp_path)
