@@ -1,0 +1,918 @@
+"""The embedded default policy: a tiny Qwen2 model trained here by behaviour cloning.
+
+The toolkit must run an audit end to end on a machine without a GPU and without any download,
+so it ships the recipe for a policy, not the policy: a word-level tokenizer built over the
+ALFWorld vocabulary and a tiny ``Qwen2ForCausalLM`` trained on noisy expert walkthroughs of
+generated games. The result is an ordinary Hugging Face model directory (``save_pretrained``)
+that :func:`creditaudit.replay.policy.load_policy` loads like any other model.
+
+The build is reproducible from its seed: every random choice (game order, injected mistakes,
+weight initialisation, data order) comes from a named stream of the build seed, training runs
+with deterministic algorithms at a fixed thread count, and the same seed gives byte-identical
+weight files.
+
+Mistakes and targets
+--------------------
+Each walkthrough step is replaced, with probability ``noise_rate``, by a plausible wrong
+admissible action that does not make the task impossible (a wrong ``go to``, ``examine`` or
+``open``); the expert then continues from the state the mistake produced (going back first if
+the mistake moved the agent away). Mistaken actions appear in the prompts' history but are never
+training targets (their loss is masked): the policy learns to recover from states off the expert
+path (DART-style noise injection) without learning to imitate deliberate errors at an injected
+rate. Its own failures then come from what it cannot know or represent (where an object lies, a
+two-turn memory, a tiny network), which is the kind of failure an audit should see.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from creditaudit.errors import InputError
+from creditaudit.protocol import seeds as seed_streams
+from creditaudit.replay.policy import PromptBuilder
+
+__all__ = [
+    "PAD_TOKEN",
+    "EOA_TOKEN",
+    "UNK_TOKEN",
+    "environment_words",
+    "words_from_texts",
+    "build_vocabulary",
+    "build_tokenizer",
+    "build_model",
+    "BCExample",
+    "DemonstrationReport",
+    "noisy_demonstrations",
+    "train_behaviour_cloning",
+    "PolicyEvaluation",
+    "evaluate_policy",
+    "generate_build_games",
+    "build_default_policy",
+    "BUILD_RECORD",
+]
+
+PAD_TOKEN = "<pad>"
+"""Padding token (never attended to)."""
+EOA_TOKEN = "<eoa>"
+"""End of action: the tokenizer's and the model's end-of-sequence token."""
+UNK_TOKEN = "<unk>"
+"""Any word outside the vocabulary."""
+SPECIAL_TOKENS = (PAD_TOKEN, EOA_TOKEN, UNK_TOKEN)
+NEWLINE_TOKEN = "\n"
+"""A line break is a word of its own: prompts are line-structured, and a line break ends an
+action in the prompt's history just as ``<eoa>`` ends a generated one (both stop sampling)."""
+
+# Words of the tokenizer's pre-tokenization: runs of letters/digits/underscore, or runs of other
+# non-space characters (the ``tokenizers`` ``Whitespace`` pre-tokenizer's rule).
+_WORD = re.compile(r"\w+|[^\w\s]+")
+_MAX_NUMBER = 99
+
+
+def words_from_texts(texts: Iterable[str]) -> set[str]:
+    """The lower-cased words of ``texts`` as the default tokenizer splits them.
+
+    Examples
+    --------
+    >>> sorted(words_from_texts(["On the desk 1, you see a mug 2."]))
+    [',', '.', '1', '2', 'a', 'desk', 'mug', 'on', 'see', 'the', 'you']
+    """
+    out: set[str] = set()
+    for text in texts:
+        out.update(w.lower() for w in _WORD.findall(text))
+    return out
+
+
+def environment_words() -> set[str]:
+    """The vocabulary of the ALFWorld environment, without reading any game.
+
+    Object and receptacle names from ``alfworld/gen/constants.py`` (singular and plural, lower
+    case, as the text engine writes them), every word of the text grammar
+    (``alfworld/data/alfred.twl2``: action templates and feedback), the numbers 0-99 (instance
+    numbers), and the words of the prompt template.
+    """
+    import alfworld.gen.constants as constants
+
+    words: set[str] = set()
+    names = list(constants.OBJECTS) + list(constants.RECEPTACLES) + list(constants.MOVABLE_RECEPTACLES)
+    words.update(n.lower() for n in names)
+    words.update(n.lower() for n in constants.OBJECTS_SINGULAR)
+    words.update(n.lower() for n in constants.OBJECTS_PLURAL)
+    grammar = Path(constants.__file__).resolve().parent.parent / "data" / "alfred.twl2"
+    if grammar.is_file():
+        text = grammar.read_text(encoding="utf-8")
+        # Only the quoted strings (templates and feedback) are game text; skip placeholders'
+        # attribute names such as ``indefinite`` by keeping the braces' contents out.
+        for quoted in re.findall(r'"((?:[^"\\]|\\.)*)"', text):
+            words |= words_from_texts([re.sub(r"\{[^}]*\}|#[^#]*#", " ", quoted)])
+    words.update(str(i) for i in range(_MAX_NUMBER + 1))
+    # The prompt template's own words (instruction, field names, separators).
+    words |= words_from_texts([PromptBuilder(None).build("g", "o", ["a", "b"], [("o", "a")], hindsight="h")])
+    from creditaudit.replay.policy import format_hindsight
+
+    words |= words_from_texts([format_hindsight("x", True), format_hindsight("x", False)])
+    return words
+
+
+def build_vocabulary(texts: Iterable[str] = ()) -> list[str]:
+    """Special tokens, then the sorted union of :func:`environment_words` and the words of
+    ``texts`` (e.g. every observation, goal and command of the generated games)."""
+    words = environment_words() | words_from_texts(texts)
+    words -= set(SPECIAL_TOKENS) | {NEWLINE_TOKEN}
+    return list(SPECIAL_TOKENS) + [NEWLINE_TOKEN] + sorted(words)
+
+
+def build_tokenizer(vocabulary: Sequence[str], *, model_max_length: int = 4096):
+    """A word-level ``PreTrainedTokenizerFast`` over ``vocabulary``.
+
+    Lower-cases, splits on whitespace and punctuation (a line break is a token of its own when
+    the vocabulary has it), maps unknown words to ``<unk>``, and decodes by joining words with
+    single spaces (so an action decodes to its command text).
+    ``<eoa>`` is the end-of-sequence token and ``<pad>`` the padding token. No chat template:
+    prompts use the plain template.
+    """
+    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    if list(vocabulary[: len(SPECIAL_TOKENS)]) != list(SPECIAL_TOKENS):
+        raise ValueError(f"`vocabulary` must start with the special tokens {SPECIAL_TOKENS}")
+    if len(set(vocabulary)) != len(vocabulary):
+        raise ValueError("`vocabulary` must not repeat a word")
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(vocabulary)}, unk_token=UNK_TOKEN))
+    tok.normalizer = normalizers.Lowercase()
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    # WordPiece's decoder with no continuation prefix in use joins words with spaces.
+    tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)
+    tok.add_special_tokens(list(SPECIAL_TOKENS))
+    if NEWLINE_TOKEN in vocabulary:
+        # Matched on the raw text before pre-tokenization (which would drop it as whitespace).
+        tok.add_tokens([AddedToken(NEWLINE_TOKEN, normalized=False, special=False)])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token=PAD_TOKEN,
+        eos_token=EOA_TOKEN,
+        unk_token=UNK_TOKEN,
+        padding_side="left",
+        model_max_length=model_max_length,
+        clean_up_tokenization_spaces=False,
+    )
+
+
+def build_model(vocab_size: int, tokenizer: Any, *, hidden_size: int, num_layers: int, num_heads: int, init_seed: int):
+    """A randomly initialised tiny ``Qwen2ForCausalLM``.
+
+    ``transformers`` initialises weights from torch's global generator; the global state is
+    forked, seeded with ``init_seed`` (from the build's named stream ``policy/init``), and
+    restored, so initialisation is reproducible and leaves the caller's global RNG untouched.
+    """
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    if hidden_size % num_heads:
+        raise InputError(f"`hidden_size` ({hidden_size}) must be a multiple of `num_heads` ({num_heads})")
+    config = Qwen2Config(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=4 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_heads,
+        max_position_embeddings=4096,
+        rope_theta=10000.0,
+        tie_word_embeddings=True,
+        use_sliding_window=False,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(init_seed)  # fenced: model init draws from the global generator
+        model = Qwen2ForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
+@dataclass(frozen=True)
+class BCExample:
+    """One behaviour-cloning example: a prompt, the action that follows, and whether the action
+    is a training target (mistakes are context only)."""
+
+    prompt: str
+    action: str
+    target: bool = True
+
+
+# ------------------------------------------------------------------------- noisy demonstrations
+
+# Verbs of mistakes that never make a task impossible: moving, looking, opening. Taking,
+# putting, heating, cooling, cleaning, slicing or using the wrong thing can (an object put in the
+# wrong place may stay reachable, but a wrong ``heat`` or ``use`` changes what the verifier sees).
+_SAFE_MISTAKES = ("go to ", "examine ", "open ")
+_MAX_CONSECUTIVE_MISTAKES = 2
+
+
+@dataclass(frozen=True)
+class DemonstrationReport:
+    """What :func:`noisy_demonstrations` produced.
+
+    Attributes
+    ----------
+    examples : tuple of BCExample
+        Every step taken, in game order; mistakes have ``target=False``.
+    mistakes : int
+        Injected mistakes.
+    recoveries : int
+        ``go to`` steps inserted to return after a mistaken move (training targets).
+    games_truncated : int
+        Games whose expert could not continue after a mistake (their demonstration stops there).
+    games_not_won : int
+        Games whose noisy demonstration did not end in a win.
+    """
+
+    examples: tuple[BCExample, ...]
+    mistakes: int
+    recoveries: int
+    games_truncated: int
+    games_not_won: int
+
+
+def _garbled(expert: str, admissible: Sequence[str]) -> str | None:
+    """An inadmissible variant of the expert's command (its last instance number changed), which
+    the engine answers with "Nothing happens." and which changes nothing."""
+    words = expert.split()
+    for k in range(len(words) - 1, -1, -1):
+        if words[k].isdigit():
+            for delta in (1, 2, 3):
+                candidate = " ".join(words[:k] + [str(int(words[k]) + delta)] + words[k + 1 :])
+                if candidate not in admissible:
+                    return candidate
+            return None
+    return None
+
+
+def _mistake_candidates(admissible: Sequence[str], expert: str, here: str | None) -> list[str]:
+    out = []
+    for a in admissible:
+        if a == expert or not a.startswith(_SAFE_MISTAKES):
+            continue
+        if here is not None and a == f"go to {here}":
+            continue  # not a move at all
+        out.append(a)
+    return out
+
+
+def noisy_demonstrations(
+    tasks: Sequence[Any],
+    walkthroughs: Sequence[Sequence[str]],
+    env: Any,
+    *,
+    noise_rate: float,
+    history_length: int,
+    rng_for: Callable[[int], Any],
+    inadmissible_share: float = 0.5,
+) -> DemonstrationReport:
+    """Play each expert walkthrough on ``env`` with injected mistakes and record the prompts.
+
+    Parameters
+    ----------
+    tasks : sequence of Task
+        The games (``env.reset(task)``).
+    walkthroughs : sequence of sequence of str
+        The expert command list of each game.
+    env : Environment
+        An environment instance (reset per game).
+    noise_rate : float
+        Probability, at each expert step, of first taking a plausible wrong admissible action
+        (``go to`` / ``examine`` / ``open`` something else); at most two in a row.
+    history_length : int
+        Turns of history in the prompts (the policy's ``history_length``).
+    rng_for : callable
+        ``rng_for(game_index)`` returns the ``numpy.random.Generator`` of that game's mistakes.
+
+    Notes
+    -----
+    After a mistaken ``go to`` the expert goes back (``go to`` the last place it went to) unless
+    its next step is itself a ``go to``; an expert ``open`` of something a mistake already opened
+    is skipped. Any other expert step that has become inadmissible truncates that game's
+    demonstration (counted).
+    """
+    builder = PromptBuilder(None, history_length=history_length)
+    examples: list[BCExample] = []
+    mistakes = recoveries = truncated = not_won = 0
+    for gi, (task, walkthrough) in enumerate(zip(tasks, walkthroughs)):
+        rng = rng_for(gi)
+        obs = env.reset(task)
+        goal, text, admissible = obs.goal, obs.text, tuple(obs.admissible)
+        history: list[tuple[str, str]] = []
+        here: str | None = None
+        won = False
+
+        def act(action: str, target: bool) -> bool:
+            nonlocal text, admissible, here, won
+            examples.append(BCExample(builder.build(goal, text, admissible, history), action, target))
+            valid = action in admissible
+            result = env.step(action)
+            history.append((text, action))
+            text, admissible = result.text, tuple(result.admissible)
+            if valid and action.startswith("go to "):
+                here = action[len("go to ") :]
+            won = bool(result.won)
+            return bool(result.done)
+
+        done = False
+        for expert in walkthrough:
+            if done:
+                break
+            in_a_row = 0
+            while in_a_row < _MAX_CONSECUTIVE_MISTAKES and rng.random() < noise_rate:
+                candidates = _mistake_candidates(admissible, expert, here)
+                garbled = _garbled(expert, admissible)
+                # Half of the mistakes are inadmissible commands ("Nothing happens."): rollouts of
+                # the policy meet that observation, so the demonstrations must show recovery from it.
+                if garbled is not None and (not candidates or rng.random() < inadmissible_share):
+                    wrong = garbled
+                elif candidates:
+                    wrong = candidates[int(rng.integers(len(candidates)))]
+                else:
+                    break
+                before = here
+                mistakes += 1
+                in_a_row += 1
+                done = act(wrong, False)
+                if done:
+                    break
+                if (wrong in candidates and wrong.startswith("go to ") and not expert.startswith("go to ")
+                        and before is not None):
+                    recoveries += 1
+                    done = act(f"go to {before}", True)
+                    if done:
+                        break
+            if done:
+                break
+            if expert not in admissible:
+                if expert.startswith("open "):
+                    continue  # a mistake already opened it
+                if expert.startswith("go to ") and here is not None and expert == f"go to {here}":
+                    continue
+                truncated += 1
+                break
+            done = act(expert, True)
+        if not won:
+            not_won += 1
+    return DemonstrationReport(tuple(examples), mistakes, recoveries, truncated, not_won)
+
+
+# ------------------------------------------------------------------------- training
+
+
+def entity_names() -> tuple[str, ...]:
+    """Lower-case names of ALFWorld's portable objects that are not receptacles
+    (``alfworld/gen/constants.py``): the names an augmented example may rename."""
+    import alfworld.gen.constants as constants
+
+    receptacles = {n.lower() for n in constants.RECEPTACLES}
+    names = {n.lower() for n in constants.OBJECTS} - receptacles
+    return tuple(sorted(names))
+
+
+_TOKEN = re.compile(r"\w+")
+
+
+def rename_entities(prompt: str, action: str, rng: Any, names: Sequence[str], max_number: int = 0) -> tuple[str, str]:
+    """Rename the entities of one example consistently (a data augmentation).
+
+    Every name of ``names`` in the example is mapped to a name drawn without replacement from
+    ``names``, and (when ``max_number`` > 0) every instance number 1..``max_number`` to a random
+    permutation of them, identically in the prompt and the action. The example keeps its
+    structure (which listed command the expert chose, which object it names) while the surface
+    names change, so the network must read the names from the prompt instead of memorising them.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> p, a = rename_entities("you see a mug 1. action:", "take mug 1 from desk 2",
+    ...                        np.random.default_rng(0), ["mug", "desk", "apple", "sofa"])
+    >>> a.split()[0], a.split()[2] == p.split()[4].rstrip(".")
+    ('take', True)
+    """
+    name_set = set(names)
+    present = sorted({w.lower() for w in _TOKEN.findall(prompt + " " + action)})
+    found = [w for w in present if w in name_set]
+    drawn = rng.choice(len(names), size=len(found), replace=False) if found else []
+    mapping = {w: names[int(i)] for w, i in zip(found, drawn)}
+    if max_number > 0:
+        perm = rng.permutation(max_number) + 1
+        mapping.update({str(n): str(int(perm[n - 1])) for n in range(1, max_number + 1)})
+
+    def sub(text: str) -> str:
+        return _TOKEN.sub(lambda m: mapping.get(m.group(0).lower(), m.group(0)), text)
+
+    return sub(prompt), sub(action)
+
+
+def _encode(tokenizer: Any, prompt: str, action: str) -> tuple[list[int], int]:
+    """(token ids of prompt + action + <eoa>, number of prompt tokens)."""
+    p = list(tokenizer(prompt, add_special_tokens=True)["input_ids"])
+    a = list(tokenizer(action, add_special_tokens=False)["input_ids"])
+    return p + a + [tokenizer.eos_token_id], len(p)
+
+
+def train_behaviour_cloning(
+    model: Any,
+    tokenizer: Any,
+    examples: Sequence[BCExample],
+    *,
+    epochs: int,
+    learning_rate: float,
+    rng: Any,
+    batch_size: int = 16,
+    weight_decay: float = 0.01,
+    augment: bool = False,
+    augment_share: float = 0.5,
+    context_weight: float = 0.0,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> dict[str, Any]:
+    """Behaviour cloning: cross-entropy on the action tokens (and ``<eoa>``) of target examples.
+
+    Parameters
+    ----------
+    model : Qwen2ForCausalLM
+        Trained in place.
+    tokenizer : PreTrainedTokenizerFast
+    examples : sequence of BCExample
+        Non-target examples (mistakes) are skipped: they only appear in later prompts' history.
+    epochs, learning_rate : int, float
+        AdamW with linear warm-up (first 5% of steps) and linear decay to 0.
+    rng : numpy.random.Generator
+        Data order (one permutation per epoch).
+    batch_size : int, default 16
+    progress : callable, optional
+        ``progress("train", step, total_steps)``.
+
+    Returns
+    -------
+    dict
+        ``{"examples": n, "steps": n, "first_epoch_loss": x, "last_epoch_loss": x}``.
+    """
+    import torch
+
+    targets = [ex for ex in examples if ex.target]
+    if not targets:
+        raise InputError("behaviour cloning got no target example; generate more training games")
+    names = entity_names() if augment else ()
+    n = len(targets)
+    steps_per_epoch = (n + batch_size - 1) // batch_size
+    total = steps_per_epoch * epochs
+    warmup = max(1, total // 20)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min((s + 1) / warmup, max(0.0, (total - s) / max(1, total - warmup)))
+    )
+    model.train()
+    pad = tokenizer.pad_token_id
+    epoch_losses = []
+    step = 0
+    for epoch in range(epochs):
+        order = rng.permutation(n)
+        running, count = 0.0, 0
+        for start in range(0, n, batch_size):
+            rows = [targets[int(i)] for i in order[start : start + batch_size]]
+            if augment:
+                # The first epoch shows the examples as they are; later ones renamed.
+                rows = [
+                    BCExample(*rename_entities(ex.prompt, ex.action, rng, names))
+                    if epoch and rng.random() < augment_share else ex
+                    for ex in rows
+                ]
+            batch = [_encode(tokenizer, ex.prompt, ex.action) for ex in rows]
+            width = max(len(ids) for ids, _ in batch)
+            # Right padding: real tokens keep positions 0..len-1, exactly as at inference (where
+            # left padding comes with explicit positions).
+            ids = torch.full((len(batch), width), pad, dtype=torch.long)
+            mask = torch.zeros((len(batch), width), dtype=torch.long)
+            labels = torch.full((len(batch), width), -100, dtype=torch.long)
+            context = torch.full((len(batch), width), -100, dtype=torch.long)
+            for b, (row, n_prompt) in enumerate(batch):
+                ids[b, : len(row)] = torch.tensor(row)
+                mask[b, : len(row)] = 1
+                labels[b, n_prompt : len(row)] = torch.tensor(row[n_prompt:])
+                context[b, 1:n_prompt] = torch.tensor(row[1:n_prompt])
+            logits = model(input_ids=ids, attention_mask=mask).logits
+            flat = logits[:, :-1].reshape(-1, logits.shape[-1])
+            loss = torch.nn.functional.cross_entropy(flat, labels[:, 1:].reshape(-1), ignore_index=-100)
+            if context_weight:
+                loss = loss + context_weight * torch.nn.functional.cross_entropy(
+                    flat, context[:, 1:].reshape(-1), ignore_index=-100
+                )
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            scheduler.step()
+            running += float(loss.detach()) * len(batch)
+            count += len(batch)
+            step += 1
+            if progress is not None:
+                progress("train", step, total)
+        epoch_losses.append(running / count)
+    model.eval()
+    return {
+        "examples": n,
+        "steps": total,
+        "first_epoch_loss": epoch_losses[0],
+        "last_epoch_loss": epoch_losses[-1],
+    }
+
+
+# ------------------------------------------------------------------------- evaluation
+
+
+@dataclass(frozen=True)
+class PolicyEvaluation:
+    """Success and admissibility of a policy's sampled rollouts on a set of games.
+
+    Attributes
+    ----------
+    episodes : int
+        Rollouts played.
+    successes : int
+        Rollouts that won before the horizon.
+    steps : int
+        Actions taken in all rollouts.
+    admissible_steps : int
+        Actions that were in the admissible list of the state they were taken in.
+    temperature : float
+    per_task : dict
+        ``{task_id: [won, ...]}`` per rollout.
+    """
+
+    episodes: int
+    successes: int
+    steps: int
+    admissible_steps: int
+    temperature: float
+    per_task: dict[str, list[bool]]
+
+    @property
+    def success_rate(self) -> float:
+        return self.successes / self.episodes if self.episodes else float("nan")
+
+    @property
+    def admissible_rate(self) -> float:
+        return self.admissible_steps / self.steps if self.steps else float("nan")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "episodes": self.episodes,
+            "successes": self.successes,
+            "success_rate": self.success_rate,
+            "steps": self.steps,
+            "admissible_steps": self.admissible_steps,
+            "admissible_rate": self.admissible_rate,
+            "temperature": self.temperature,
+        }
+
+
+def evaluate_policy(
+    policy: Any,
+    tasks: Sequence[Any],
+    *,
+    env_factory: Callable[[], Any],
+    seed: int | str,
+    temperature: float = 0.7,
+    rollouts_per_task: int = 1,
+    n_envs: int = 8,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> PolicyEvaluation:
+    """Roll out ``policy`` on ``tasks`` and measure its success and admissible-action rates.
+
+    Parameters
+    ----------
+    policy : HFPolicy (or any ActionPolicy)
+    tasks : sequence of Task (or GeneratedGame)
+    env_factory : callable
+        Makes one environment instance (its ``horizon`` ends an episode); ``n_envs`` are made and
+        closed.
+    seed : int or str
+        Root of the rollout seeds: the action of rollout ``r`` of task ``i`` at step ``t`` is
+        sampled with ``seed_int(str(seed), "policy/eval/<i>/<r>/<t>")``, so results do not depend
+        on ``n_envs`` or on how rollouts are batched.
+    temperature : float, default 0.7
+    rollouts_per_task : int, default 1
+    n_envs : int, default 8
+        Rollouts played in lockstep (one environment each), sampled in one batch per step.
+    progress : callable, optional
+        ``progress("evaluate", episodes_done, episodes_total)``.
+    """
+    tasks = [_task_of(t) for t in tasks]
+    jobs = [(i, r) for i in range(len(tasks)) for r in range(rollouts_per_task)]
+    root = f"policy-eval:{seed}"
+    builder = policy.prompt_builder
+    per_task: dict[str, list[bool]] = {t.task_id: [] for t in tasks}
+    results: dict[tuple[int, int], bool] = {}
+    steps = admissible_steps = 0
+    envs = [env_factory() for _ in range(max(1, min(n_envs, len(jobs))))]
+    try:
+        for wave in range(0, len(jobs), len(envs)):
+            live = []
+            for env, job in zip(envs, jobs[wave : wave + len(envs)]):
+                obs = env.reset(tasks[job[0]])
+                live.append({"env": env, "job": job, "goal": obs.goal, "text": obs.text,
+                             "admissible": tuple(obs.admissible), "history": [], "t": 0})
+            while live:
+                prompts = [builder.build(s["goal"], s["text"], s["admissible"], s["history"]) for s in live]
+                seeds = [
+                    seed_streams.seed_int(root, f"policy/eval/{s['job'][0]}/{s['job'][1]}/{s['t']}") for s in live
+                ]
+                actions = policy.sample(prompts, seeds=seeds, temperature=temperature)
+                still = []
+                for s, a in zip(live, actions):
+                    steps += 1
+                    admissible_steps += a.text in s["admissible"]
+                    result = s["env"].step(a.text)
+                    s["history"].append((s["text"], a.text))
+                    s["text"], s["admissible"], s["t"] = result.text, tuple(result.admissible), s["t"] + 1
+                    if result.done:
+                        results[s["job"]] = bool(result.won)
+                        if progress is not None:
+                            progress("evaluate", len(results), len(jobs))
+                    else:
+                        still.append(s)
+                live = still
+    finally:
+        for env in envs:
+            env.close()
+    for (i, r) in jobs:
+        per_task[tasks[i].task_id].append(results[(i, r)])
+    return PolicyEvaluation(
+        episodes=len(jobs),
+        successes=sum(results.values()),
+        steps=steps,
+        admissible_steps=admissible_steps,
+        temperature=float(temperature),
+        per_task=per_task,
+    )
+
+
+# ------------------------------------------------------------------------- the build
+
+BUILD_FORMAT_VERSION = 1
+"""Version of the build recipe; bumped whenever the same seed would give different weights."""
+BUILD_RECORD = "creditaudit_policy.json"
+"""Build record written beside the model (not part of the policy's identity hashes)."""
+DEFAULT_HELD_OUT_GAMES = 24
+"""Held-out games generated to measure a built policy (4 per task type)."""
+BUILD_THREADS = 1
+"""Torch threads during the build: fixed, because the reduction order of CPU kernels (and so the
+last bits of the weights) may depend on the thread count."""
+
+CONTEXT_LOSS_WEIGHT = 1.0
+"""Weight of the auxiliary next-token loss on prompt tokens (see :func:`train_behaviour_cloning`)."""
+
+_BUILD_FIELDS = ("seed", "hidden_size", "num_layers", "num_heads", "train_games", "noise_rate", "epochs", "learning_rate")
+
+
+def _task_of(game: Any) -> Any:
+    """The ``Task`` of a generated game (or the task itself)."""
+    from creditaudit.replay.env import Task
+
+    return game if isinstance(game, Task) else game.task
+
+
+def _build_args(build: Any) -> dict[str, Any]:
+    if build is None:
+        from creditaudit.protocol.schema import PolicyBuild
+
+        build = PolicyBuild()
+    if hasattr(build, "model_dump"):
+        build = build.model_dump()
+    elif not isinstance(build, dict):
+        build = {k: getattr(build, k) for k in _BUILD_FIELDS if hasattr(build, k)}
+    missing = [k for k in _BUILD_FIELDS if k not in build]
+    if missing:
+        raise InputError(f"policy build settings lack {missing}; give every field of PolicyBuild")
+    return {k: build[k] for k in _BUILD_FIELDS}
+
+
+def _stream_root(seed: int) -> str:
+    return f"creditaudit-policy-build-v{BUILD_FORMAT_VERSION}:{int(seed)}"
+
+
+def generate_build_games(out_dir: str | Path, n: int, *, seed: int, purpose: str, env: Any = None,
+                         progress: Callable[[str, int, int], None] | None = None) -> list[Any]:
+    """``n`` verified generated games for a build, from the build seed's stream ``policy/<purpose>``.
+
+    Games are generated round-robin over the six task types (``ceil(n / 6)`` per type) and the
+    first ``n`` in type-interleaved order are returned, so every type is represented. Games
+    already written there by the same seed are reused (the generator resumes).
+    """
+    from creditaudit.replay.alfworld_games import TASK_TYPES, generate_games
+
+    per_type = -(-n // len(TASK_TYPES))
+    report = generate_games(
+        Path(out_dir) / purpose,
+        games_per_type=per_type,
+        rng=seed_streams.rng(_stream_root(seed), f"policy/{purpose}"),
+        env=env,
+        progress=None if progress is None else (lambda d, t, g: progress(f"generate/{purpose}", d, t)),
+    )
+    by_type: dict[str, list[Any]] = {}
+    for g in report.games:
+        by_type.setdefault(g.task_type, []).append(g)
+    interleaved = [by_type[t][k] for k in range(per_type) for t in TASK_TYPES if k < len(by_type.get(t, []))]
+    return interleaved[:n]
+
+
+class _Deterministic:
+    """Deterministic torch algorithms and a fixed thread count for the duration of a build."""
+
+    def __init__(self, threads: int):
+        self.threads = threads
+
+    def __enter__(self):
+        import torch
+
+        self._prev = (torch.get_num_threads(), torch.are_deterministic_algorithms_enabled())
+        torch.set_num_threads(self.threads)
+        torch.use_deterministic_algorithms(True)
+        return self
+
+    def __exit__(self, *exc):
+        import torch
+
+        torch.set_num_threads(self._prev[0])
+        torch.use_deterministic_algorithms(self._prev[1])
+
+
+def build_default_policy(
+    out_dir: str | Path,
+    build: Any = None,
+    *,
+    train_games: Sequence[Any] | None = None,
+    held_out_games: Sequence[Any] | None = None,
+    games_dir: str | Path | None = None,
+    env_factory: Callable[[], Any] | None = None,
+    history_length: int = 2,
+    evaluate: bool = True,
+    eval_temperature: float = 0.7,
+    eval_rollouts: int = 1,
+    n_held_out: int = DEFAULT_HELD_OUT_GAMES,
+    threads: int = BUILD_THREADS,
+    context_weight: float = CONTEXT_LOSS_WEIGHT,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> dict[str, Any]:
+    """Build, save and (optionally) measure the embedded default policy.
+
+    Parameters
+    ----------
+    out_dir : path
+        Model directory to write (``save_pretrained`` of the model and the tokenizer, plus
+        :data:`BUILD_RECORD`).
+    build : PolicyBuild or mapping, optional
+        ``seed, hidden_size, num_layers, num_heads, train_games, noise_rate, epochs,
+        learning_rate`` (the protocol's ``policy.build``; its defaults when ``None``).
+    train_games : sequence of GeneratedGame, optional
+        Games whose walkthroughs are cloned; generated from the build seed when ``None``
+        (``build.train_games`` of them, under ``games_dir``).
+    held_out_games : sequence of GeneratedGame, optional
+        Games the built policy is measured on; ``n_held_out`` are generated from the build seed's
+        own held-out stream when ``None`` and ``evaluate`` is true.
+    games_dir : path, optional
+        Where generated games are written (a temporary directory when ``None``).
+    env_factory : callable, optional
+        ``env_factory(horizon)`` makes an environment; ALFWorld's by default.
+    history_length : int, default 2
+        Turns of history in the training prompts (use the protocol's ``policy.history_length``).
+    evaluate : bool, default True
+        Measure the saved policy, loaded back through :func:`~creditaudit.replay.policy.load_policy`.
+    eval_temperature, eval_rollouts : float, int
+        Sampling temperature and rollouts per held-out game (horizon 30).
+    threads : int, default 2
+        Torch threads during the build (part of what makes the weights reproducible).
+    progress : callable, optional
+        ``progress(stage, done, total)``.
+
+    Returns
+    -------
+    dict
+        ``files`` (:func:`~creditaudit.replay.policy.policy_file_hashes` of ``out_dir``),
+        ``build``, ``vocab_size``, ``parameters``, ``demonstrations``, ``training``,
+        ``evaluation`` (``success_rate``, ``admissible_rate`` ...; ``None`` when not evaluated),
+        ``timings_s`` (wall-clock seconds per stage; not written to any file).
+
+    Notes
+    -----
+    Streams of the build (root ``creditaudit-policy-build-v1:<seed>``): ``policy/train-games``,
+    ``policy/held-out-games``, ``policy/noise/<game>``, ``policy/init``, ``policy/order``; the
+    evaluation samples with ``policy-eval:<seed>`` streams. Same seed, same games, same thread
+    count and same torch build give byte-identical weight files.
+    """
+    import tempfile
+
+    import torch
+
+    from creditaudit.replay.policy import load_policy, policy_file_hashes
+
+    args = _build_args(build)
+    seed = int(args["seed"])
+    root = _stream_root(seed)
+    out = Path(out_dir)
+    timings: dict[str, float] = {}
+    if env_factory is None:
+        from creditaudit.replay.alfworld_env import AlfworldEnv
+
+        def env_factory(horizon: int) -> Any:
+            return AlfworldEnv(horizon=horizon)
+
+    tmp = None
+    if games_dir is None and (train_games is None or (evaluate and held_out_games is None)):
+        tmp = tempfile.TemporaryDirectory(prefix="creditaudit-policy-games-")
+        games_dir = tmp.name
+    try:
+        with _Deterministic(threads):
+            t0 = time.perf_counter()
+            env = env_factory(1000)
+            try:
+                if train_games is None:
+                    train_games = generate_build_games(games_dir, int(args["train_games"]), seed=seed,
+                                                       purpose="train-games", env=env, progress=progress)
+                if evaluate and held_out_games is None:
+                    held_out_games = generate_build_games(games_dir, n_held_out, seed=seed,
+                                                          purpose="held-out-games", env=env, progress=progress)
+                timings["generate"] = time.perf_counter() - t0
+
+                t0 = time.perf_counter()
+                demos = noisy_demonstrations(
+                    [_task_of(g) for g in train_games],
+                    [list(g.walkthrough) for g in train_games],
+                    env,
+                    noise_rate=float(args["noise_rate"]),
+                    history_length=history_length,
+                    rng_for=lambda i: seed_streams.rng(root, f"policy/noise/{i}"),
+                )
+            finally:
+                env.close()
+            timings["demonstrations"] = time.perf_counter() - t0
+
+            t0 = time.perf_counter()
+            texts = [ex.prompt for ex in demos.examples] + [ex.action for ex in demos.examples]
+            vocabulary = build_vocabulary(texts)
+            tokenizer = build_tokenizer(vocabulary)
+            model = build_model(
+                len(vocabulary), tokenizer,
+                hidden_size=int(args["hidden_size"]), num_layers=int(args["num_layers"]),
+                num_heads=int(args["num_heads"]), init_seed=seed_streams.seed_int(root, "policy/init"),
+            )
+            training = train_behaviour_cloning(
+                model, tokenizer, demos.examples,
+                epochs=int(args["epochs"]), learning_rate=float(args["learning_rate"]),
+                rng=seed_streams.rng(root, "policy/order"), context_weight=context_weight, progress=progress,
+            )
+            timings["train"] = time.perf_counter() - t0
+            out.mkdir(parents=True, exist_ok=True)
+            model.save_pretrained(out, safe_serialization=True)
+            tokenizer.save_pretrained(out)
+        files = policy_file_hashes(out)
+        record = {
+            "format_version": BUILD_FORMAT_VERSION,
+            "build": args,
+            "history_length": history_length,
+            "vocab_size": len(vocabulary),
+            "parameters": int(sum(p.numel() for p in model.parameters())),
+            "train_games": [_task_of(g).task_id for g in train_games],
+            "demonstrations": {
+                "examples": len(demos.examples),
+                "targets": sum(ex.target for ex in demos.examples),
+                "mistakes": demos.mistakes,
+                "recoveries": demos.recoveries,
+                "games_truncated": demos.games_truncated,
+                "games_not_won": demos.games_not_won,
+            },
+            "training": training,
+            "threads": threads,
+            "context_weight": context_weight,
+            "torch_version": torch.__version__,
+        }
+        evaluation = None
+        if evaluate:
+            t0 = time.perf_counter()
+            policy = load_policy(out, device="cpu", history_length=history_length)
+            with _Deterministic(threads):
+                result = evaluate_policy(
+                    policy, held_out_games, env_factory=lambda: env_factory(30), seed=seed,
+                    temperature=eval_temperature, rollouts_per_task=eval_rollouts, progress=progress,
+                )
+            evaluation = {**result.to_dict(), "games": [_task_of(g).task_id for g in held_out_games], "horizon": 30}
+            timings["evaluate"] = time.perf_counter() - t0
+        record["evaluation"] = evaluation
+        (out / BUILD_RECORD).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        return {**record, "files": files, "timings_s": timings}
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
