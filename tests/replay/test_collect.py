@@ -1,0 +1,95 @@
+"""Collection under a frozen protocol, on the planted-effect environment with a tiny real HF model."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from creditaudit.errors import CheckFailed, InputError
+from creditaudit.protocol.canonical import sha256_file
+from creditaudit.protocol.links import verify_links
+from creditaudit.protocol.lock import require_frozen
+from creditaudit.replay.collect import TRAJECTORIES, TURN_SCHEMA, collect, read_trajectories
+
+
+@pytest.fixture()
+def policy_dir(planted_policy_dir) -> Path:
+    return planted_policy_dir
+
+
+def _planted_run(root: Path, policy_dir: Path, *, group=2) -> tuple[Path, object]:
+    from helpers import make_run
+
+    return make_run(root, policy_dir, group=group, collect_now=False)
+
+
+def test_collect_writes_stamped_turns_and_resumes_byte_identically(tmp_path, policy_dir):
+    run, signer = _planted_run(tmp_path, policy_dir)
+    summary = collect(run / "protocol.yaml", signer)
+    frozen = require_frozen(run / "protocol.yaml")
+    table = read_trajectories(frozen)
+    assert table.schema == TURN_SCHEMA
+    df = table.to_pandas()
+    assert set(df.protocol_id) == {frozen.id}
+    assert summary.n_trajectories == 4 and df.trajectory_id.nunique() == 4
+    assert sorted(df.groupby("task_id").rollout.nunique()) == [2, 2]
+    # turns are numbered 0..n-1 within a trajectory, the last is done, outcome is repeated
+    for _, traj in df.groupby("trajectory_id"):
+        assert list(traj.turn) == list(range(len(traj)))
+        assert traj.done.iloc[-1] and not traj.done.iloc[:-1].any()
+        assert traj.outcome.nunique() == 1 and len(traj) <= 8
+    assert (df.seed >= 0).all() and df.seed.nunique() == len(df)  # one named-stream seed per action
+    np.testing.assert_allclose(df.sum_logprob, [sum(x) for x in df.token_logprobs])
+
+    first = sha256_file(run / TRAJECTORIES)
+    (run / "collect" / "shards" / "0001.parquet").unlink()  # an interrupted run lost its last shard
+    (run / TRAJECTORIES).unlink()
+    collect(run / "protocol.yaml", signer)
+    assert sha256_file(run / TRAJECTORIES) == first
+
+    pins = {f"policy/{k}": v for k, v in {**frozen.protocol.policy.model_files, **frozen.protocol.policy.tokenizer_files}.items()}
+    pins["protocol.yaml"] = sha256_file(run / "protocol.yaml")
+    pins["protocol.lock.json"] = sha256_file(run / "protocol.lock.json")
+    records = verify_links(run, protocol_id=frozen.id, trusted_key_id=signer.key_id, roots=pins)
+    assert [r.stage for r in records] == ["tasks", "collect", "collect"]
+
+
+def test_collect_is_reproducible_across_runs(tmp_path, policy_dir):
+    a, sa = _planted_run(tmp_path / "a", policy_dir)
+    b, sb = _planted_run(tmp_path / "b", policy_dir)
+    # Two run directories with different signing keys: the key is not part of the protocol, so both
+    # share the protocol id, hence the seed streams and every byte of the data.
+    collect(a / "protocol.yaml", sa)
+    collect(b / "protocol.yaml", sb)
+    assert sha256_file(a / TRAJECTORIES) == sha256_file(b / TRAJECTORIES)
+
+
+def test_collect_refuses_a_policy_whose_weights_changed(tmp_path, policy_dir):
+    run, signer = _planted_run(tmp_path, policy_dir)
+    with open(run / "policy" / "model.safetensors", "ab") as handle:
+        handle.write(b"\0")
+    with pytest.raises(CheckFailed, match="model.safetensors"):
+        collect(run / "protocol.yaml", signer)
+    assert not (run / TRAJECTORIES).exists()
+
+
+def test_collect_refuses_a_protocol_changed_after_freezing(tmp_path, policy_dir):
+    run, signer = _planted_run(tmp_path, policy_dir)
+    path = run / "protocol.yaml"
+    path.write_text(path.read_text().replace("group_size: 2", "group_size: 3"))
+    with pytest.raises(CheckFailed, match="collection.group_size: 2 -> 3"):
+        collect(path, signer)
+
+
+def test_collect_refuses_shards_of_another_protocol(tmp_path, policy_dir):
+    run, signer = _planted_run(tmp_path / "x", policy_dir)
+    collect(run / "protocol.yaml", signer)
+    other, other_signer = _planted_run(tmp_path / "y", policy_dir, group=1)
+    (other / "collect" / "shards").mkdir(parents=True)
+    shutil.copy(run / "collect" / "shards" / "0000.parquet", other / "collect" / "shards" / "0000.parquet")
+    with pytest.raises(InputError, match="shard stamped with protocol .* a run directory never mixes protocols"):
+        collect(other / "protocol.yaml", other_signer)
