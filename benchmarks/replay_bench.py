@@ -1,0 +1,141 @@
+"""Executed replay: rollouts per second of creditaudit's engine against the naive method.
+
+Workload: the first trajectories of a demo-size run (the embedded default policy on generated
+ALFWorld games). Two methods on the same rollouts, in one run:
+
+- creditaudit: one engine instance per trajectory, the prefix replayed once and snapshotted,
+  every rollout started by restoring a snapshot, transitions cached by (signature, action), one
+  batched policy call per round for all in-flight rollouts;
+- naive: one engine instance, a real reset and a replay of the prefix for every rollout, one
+  unbatched policy call per step (the same seeds, so the same actions and outcomes — checked).
+
+The naive method is timed on a sample of the rollouts (it is slow) and compared per rollout.
+Writes benchmarks/results/replay_bench.json and prints the figures.
+
+    python benchmarks/replay_bench.py [--run DIR] [--trajectories N] [--naive-rollouts M]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run", type=Path, default=ROOT / ".replay-bench-run")
+    parser.add_argument("--trajectories", type=int, default=3)
+    parser.add_argument("--naive-rollouts", type=int, default=24)
+    args = parser.parse_args()
+
+    from creditaudit.demo import run_demo
+
+    # Build (or reuse) a demo-size run: policy, frozen protocol, games, collection, replay.
+    run_demo(args.run, quiet=True)
+
+    from creditaudit.protocol.lock import require_frozen
+    from creditaudit.protocol.seeds import SeedStreams
+    from creditaudit.replay.alfworld_env import AlfworldEnv
+    from creditaudit.replay.collect import load_run_policy, read_trajectories
+    from creditaudit.replay.compute import stored_numerics
+    from creditaudit.replay.policy import Turn
+    from creditaudit.replay.replay import ReplaySettings, replay_trajectory
+    from creditaudit.replay.tasks import make_environment, read_tasks, task_for
+
+    frozen = require_frozen(args.run / "protocol.yaml")
+    policy = load_run_policy(frozen)
+    settings = ReplaySettings.from_protocol(frozen.protocol)
+    tasks = {t.task_id: t for t in read_tasks(frozen)}
+    df = read_trajectories(frozen).to_pandas()
+    frames = [f.sort_values("turn").reset_index(drop=True) for _, f in df.groupby("trajectory_id", sort=False)]
+    frames = frames[: args.trajectories]
+
+    # ---- creditaudit's engine
+    env = make_environment(frozen.protocol)
+    fast_rollouts = fast_time = 0.0
+    counters = {"engine_steps": 0, "cache_hits": 0, "rollouts": 0}
+    rollout_tables = []
+    with stored_numerics():
+        for frame in frames:
+            task = task_for(tasks[frame.task_id.iloc[0]], frozen.protocol, frozen.run_dir)
+            start = time.perf_counter()
+            result = replay_trajectory(env, policy, task=task, trajectory=frame, protocol_id=frozen.id,
+                                       settings=settings)
+            fast_time += time.perf_counter() - start
+            for key in counters:
+                counters[key] += result.counters[key]
+            rollout_tables.append((frame, task, result.rollouts.to_pandas()))
+    env.close()
+    fast_rollouts = counters["rollouts"]
+    fast_rate = fast_rollouts / fast_time
+
+    # ---- naive: reset + prefix per rollout, one unbatched policy call per step
+    streams = SeedStreams(frozen.id)
+    naive_env = AlfworldEnv(horizon=frozen.protocol.environment.horizon, reuse_engine=False)
+    sample = []
+    for frame, task, rollouts in rollout_tables:
+        for row in rollouts.itertuples():
+            sample.append((frame, task, row))
+    step = max(1, len(sample) // args.naive_rollouts)
+    sample = sample[::step][: args.naive_rollouts]
+    naive_times, matches = [], 0
+    with stored_numerics():
+        for frame, task, row in sample:
+            start = time.perf_counter()
+            obs = naive_env.reset(task)
+            text, admissible, history = obs.text, obs.admissible, []
+            for action in frame.action[: row.turn]:
+                result = naive_env.step(action)
+                history.append(Turn(text, action))
+                text, admissible = result.text, result.admissible
+            actions = [row.actions[0]]
+            result = naive_env.step(row.actions[0])
+            history.append(Turn(text, row.actions[0]))
+            text, admissible = result.text, result.admissible
+            k = 0
+            while not result.done:
+                prompt = policy.prompt_builder.build(obs.goal, text, admissible, history)
+                seed = streams.seed_int(f"{row.seed_stream}/{k + 1}")
+                action = policy.sample([prompt], seeds=[seed], temperature=settings.rollout_temperature,
+                                       max_action_tokens=settings.max_action_tokens)[0].text
+                result = naive_env.step(action)
+                history.append(Turn(text, action))
+                text, admissible = result.text, result.admissible
+                actions.append(action)
+                k += 1
+            naive_times.append(time.perf_counter() - start)
+            matches += int(actions == list(row.actions) and int(result.done and result.won) == row.outcome)
+    naive_env.close()
+    naive_rate = len(naive_times) / sum(naive_times)
+
+    figures = {
+        "workload": {"trajectories": len(frames), "turns": int(sum(len(f) for f in frames)),
+                     "rollouts": int(fast_rollouts), "naive_sample": len(naive_times)},
+        "creditaudit_rollouts_per_s": fast_rate,
+        "naive_rollouts_per_s": naive_rate,
+        "naive_median_s_per_rollout": statistics.median(naive_times),
+        "speedup": fast_rate / naive_rate,
+        "cache_hit_rate": counters["cache_hits"] / (counters["cache_hits"] + counters["engine_steps"]),
+        "engine_steps_per_rollout": counters["engine_steps"] / fast_rollouts,
+        "naive_identical_rollouts": f"{matches}/{len(naive_times)}",
+        "target_speedup": 20.0,
+    }
+    out = ROOT / "results" / "replay_bench.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n")
+    print(f"workload: {figures['workload']}")
+    print(f"creditaudit  {fast_rate:8.2f} rollouts/s")
+    print(f"naive        {naive_rate:8.2f} rollouts/s  (median {figures['naive_median_s_per_rollout']:.3f} s per rollout)")
+    print(f"speedup      {figures['speedup']:8.1f}x  (target >= 20x)")
+    print(f"cache hit rate {figures['cache_hit_rate']:.3f}, engine steps per rollout "
+          f"{figures['engine_steps_per_rollout']:.2f}, naive rollouts identical {figures['naive_identical_rollouts']}")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,269 @@
+"""``creditaudit replay``: run the replay work units, resume, concatenate, summarise, attest.
+
+Work units (one per collected trajectory) run on local worker processes (``executor="local"``,
+the default), in this process (``"inline"``), or on a Ray cluster (``"ray"``); every executor runs
+the same unit function, so results are identical. Each worker loads the policy and makes one
+environment once, with one torch thread so numerics do not depend on the executor. Units write
+their shards atomically (``replay/shards/``); a rerun skips finished units, so an interrupted
+replay (even ``kill -9``) resumes without losing or duplicating a rollout and ends with the same
+bytes as an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from creditaudit.artifacts import read_stamped_parquet, write_parquet_atomic
+from creditaudit.errors import InputError
+from creditaudit.protocol.canonical import canonical_bytes
+from creditaudit.protocol.links import StageLink
+from creditaudit.protocol.lock import FrozenProtocol, require_frozen
+from creditaudit.protocol.signing import Signer
+from creditaudit.replay.compute import stored_numerics
+from creditaudit.replay.collect import TRAJECTORIES, _policy_files_in_run, load_run_policy, read_trajectories
+from creditaudit.replay.replay import ReplaySettings, UnitResult, read_unit, replay_trajectory, write_unit
+from creditaudit.replay.tasks import make_environment, read_tasks, task_for
+
+__all__ = ["REPLAY_DIR", "TURNS", "ROLLOUTS", "SUMMARY", "ReplaySummary", "run_replay", "read_replay"]
+
+REPLAY_DIR = "replay"
+TURNS = "replay/turns.parquet"
+ROLLOUTS = "replay/rollouts.parquet"
+SUMMARY = "replay/summary.json"
+EXECUTORS = ("local", "inline", "ray")
+
+
+def _unit_name(trajectory_id: str) -> str:
+    return trajectory_id.replace("/", "_")
+
+
+# ------------------------------------------------------------------------------------ workers
+
+_WORKER: dict[str, Any] = {}
+
+
+def _worker_init(protocol_path: str) -> None:
+    frozen = require_frozen(protocol_path)
+    _WORKER.clear()
+    _WORKER.update(
+        frozen=frozen,
+        policy=load_run_policy(frozen),
+        env=make_environment(frozen.protocol),
+        tasks={t.task_id: t for t in read_tasks(frozen)},
+        settings=ReplaySettings.from_protocol(frozen.protocol),
+    )
+
+
+def _worker_run(trajectory: Any) -> tuple[str, dict[str, int]]:
+    """Replay one trajectory in this worker and write its shards; returns (name, counters)."""
+    frozen: FrozenProtocol = _WORKER["frozen"]
+    entry = _WORKER["tasks"][str(trajectory["task_id"].iloc[0])]
+    with stored_numerics():
+        result = replay_trajectory(
+            _WORKER["env"],
+            _WORKER["policy"],
+            task=task_for(entry, frozen.protocol, frozen.run_dir),
+            trajectory=trajectory,
+            protocol_id=frozen.id,
+            settings=_WORKER["settings"],
+        )
+    name = _unit_name(str(trajectory["trajectory_id"].iloc[0]))
+    write_unit(result, frozen.run_dir / REPLAY_DIR / "shards", name)
+    return name, result.counters
+
+
+class _RayWorker:  # pragma: no cover - exercised through ray in tests when ray is installed
+    def __init__(self, protocol_path: str) -> None:
+        _worker_init(protocol_path)
+
+    def run(self, trajectory: Any) -> tuple[str, dict[str, int]]:
+        return _worker_run(trajectory)
+
+
+def _execute(protocol_path: Path, pending: list[Any], *, executor: str, workers: int,
+             done: Callable[[str], None]) -> None:
+    if not pending:
+        return
+    if executor == "inline":
+        _worker_init(str(protocol_path))
+        try:
+            for trajectory in pending:
+                done(_worker_run(trajectory)[0])
+        finally:
+            _WORKER["env"].close()
+            _WORKER.clear()
+        return
+    if executor == "local":
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
+                                 initializer=_worker_init, initargs=(str(protocol_path),)) as pool:
+            futures = [pool.submit(_worker_run, trajectory) for trajectory in pending]
+            for future in as_completed(futures):
+                done(future.result()[0])
+        return
+    try:
+        import ray
+    except ImportError:
+        raise InputError("`--executor ray` needs Ray: pip install 'creditaudit[ray]'") from None
+    if not ray.is_initialized():
+        if os.environ.get("RAY_ADDRESS"):  # a running cluster: connect to it
+            ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
+        else:  # a local Ray instance on this machine
+            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+    actor_cls = ray.remote(num_cpus=1)(_RayWorker)
+    actors = [actor_cls.remote(str(protocol_path)) for _ in range(workers)]
+    refs = [actors[i % workers].run.remote(t) for i, t in enumerate(pending)]
+    remaining = list(refs)
+    while remaining:
+        ready, remaining = ray.wait(remaining, num_returns=1)
+        done(ray.get(ready[0])[0])
+
+
+# ------------------------------------------------------------------------------------ the stage
+
+
+@dataclass(frozen=True)
+class ReplaySummary:
+    """Counters of a replay (also in ``replay/summary.json`` with the measurability map)."""
+
+    protocol_id: str
+    n_trajectories: int
+    n_turns: int
+    n_rollouts: int
+    divergences: int
+    restore_failures: int
+    engine_steps: int
+    cache_hits: int
+    resumed_units: int
+
+    @property
+    def cache_hit_rate(self) -> float:
+        total = self.engine_steps + self.cache_hits
+        return self.cache_hits / total if total else 0.0
+
+
+def _trajectory_frames(frozen: FrozenProtocol) -> list[Any]:
+    table = read_trajectories(frozen)
+    columns = ["trajectory_id", "task_id", "turn", "action", "state_signature", "observation", "mean_logprob"]
+    df = table.select(columns).to_pandas()
+    frames = []
+    for _, frame in df.groupby("trajectory_id", sort=False):
+        frames.append(frame.sort_values("turn").reset_index(drop=True))
+    return frames
+
+
+def run_replay(
+    protocol_path: str | Path,
+    signer: Signer,
+    *,
+    executor: str = "local",
+    workers: int | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> ReplaySummary:
+    """Replay every collected trajectory under the frozen protocol (resumable)."""
+    if executor not in EXECUTORS:
+        raise InputError(f"`executor` must be one of {set(EXECUTORS)}; got {executor!r}")
+    frozen = require_frozen(protocol_path)
+    load_run_policy(frozen)  # refuse a policy whose files differ from the pins before any work
+    frames = _trajectory_frames(frozen)
+    shard_dir = frozen.run_dir / REPLAY_DIR / "shards"
+    names = [_unit_name(str(f["trajectory_id"].iloc[0])) for f in frames]
+    finished: set[str] = set()
+    for name in names:
+        turns_path = shard_dir / f"{name}.turns.parquet"
+        if turns_path.exists():
+            if read_unit(shard_dir, name) is None:
+                raise InputError(
+                    f"{turns_path}: a replay shard exists but cannot be read (corrupt); delete "
+                    f"{name}.turns.parquet and {name}.rollouts.parquet to recompute that trajectory"
+                )
+            finished.add(name)
+    resumed = len(finished)
+    pending = [f for f, n in zip(frames, names) if n not in finished]
+    count = {"done": resumed}
+    if progress:
+        progress("replay", resumed, len(frames))
+
+    def done(_name: str) -> None:
+        count["done"] += 1
+        if progress:
+            progress("replay", count["done"], len(frames))
+
+    _execute(Path(frozen.path), pending, executor=executor, workers=workers or max(1, min(2, os.cpu_count() or 1)),
+             done=done)
+
+    results: list[UnitResult] = []
+    for name in names:
+        unit = read_unit(shard_dir, name)
+        if unit is None:
+            raise InputError(f"{shard_dir / name}.*.parquet: replay shard missing after the run; rerun `creditaudit replay`")
+        results.append(unit)
+    turns = pa.concat_tables([u.turns for u in results]).combine_chunks()
+    rollouts = pa.concat_tables([u.rollouts for u in results]).combine_chunks()
+    totals = {k: sum(u.counters.get(k, 0) for u in results)
+              for k in ("engine_steps", "cache_hits", "divergences", "restore_failures", "rollouts")}
+    summary = ReplaySummary(
+        protocol_id=frozen.id,
+        n_trajectories=len(results),
+        n_turns=turns.num_rows,
+        n_rollouts=rollouts.num_rows,
+        divergences=totals["divergences"],
+        restore_failures=totals["restore_failures"],
+        engine_steps=totals["engine_steps"],
+        cache_hits=totals["cache_hits"],
+        resumed_units=resumed,
+    )
+    from creditaudit.audit.measurability import measurability_map
+
+    mmap = measurability_map(turns, protocol_id=frozen.id, protocol=frozen.protocol)
+    document = {
+        "protocol_id": frozen.id,
+        "n_trajectories": summary.n_trajectories,
+        "n_turns": summary.n_turns,
+        "n_rollouts": summary.n_rollouts,
+        "prefix_divergences": summary.divergences,
+        "restore_failures": summary.restore_failures,
+        "engine_steps": summary.engine_steps,
+        "cache_hits": summary.cache_hits,
+        "cache_hit_rate": summary.cache_hit_rate,
+        "engine_steps_per_rollout": summary.engine_steps / summary.n_rollouts if summary.n_rollouts else 0.0,
+        "measurability": mmap.to_dict(),
+    }
+    run_dir = frozen.run_dir
+    with StageLink(
+        run_dir, "replay", frozen.id, signer,
+        command=["creditaudit", "replay"],
+        parameters={"n_fact": frozen.protocol.replay.n_fact, "n_alternatives": frozen.protocol.replay.n_alternatives,
+                    "n_alt": frozen.protocol.replay.n_alt},
+        inputs=[frozen.path, frozen.path.with_name(frozen.path.stem + ".lock.json"), run_dir / TRAJECTORIES,
+                run_dir / "tasks.json", *_policy_files_in_run(frozen)],
+    ) as link:
+        for table, rel in ((turns, TURNS), (rollouts, ROLLOUTS)):
+            write_parquet_atomic(table, run_dir / rel)
+            link.add_output(run_dir / rel)
+        (run_dir / SUMMARY).write_bytes(canonical_bytes(document) + b"\n")
+        link.add_output(run_dir / SUMMARY)
+    return summary
+
+
+def read_replay(frozen: FrozenProtocol) -> tuple[pa.Table, dict[str, Any]]:
+    """The replay turn table and summary of this protocol (refusing another protocol's)."""
+    turns = read_stamped_parquet(frozen.run_dir / TURNS, frozen.id, what="replay results",
+                                 command="creditaudit replay")
+    path = frozen.run_dir / SUMMARY
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InputError(f"{path}: unreadable replay summary ({exc}); rerun `creditaudit replay`") from None
+    if summary.get("protocol_id") != frozen.id:
+        raise InputError(f"{path}: stamped with another protocol id; replay results never mix across protocols")
+    return turns, summary
