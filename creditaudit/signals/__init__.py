@@ -1,1 +1,101 @@
-"""creditaudit.signals"""
+"""creditaudit.signals — per-turn credit from every family the protocol names, and its controls.
+
+Families are registered factories (``registry("signal")``) whose arguments are the protocol's
+constants: ``implicit`` (HCAPO rho_t, :mod:`~creditaudit.signals.implicit`), ``judge`` (TARL,
+:mod:`~creditaudit.signals.judge`), ``confidence`` (:mod:`~creditaudit.signals.confidence`),
+``grpo``/``rloo`` (:mod:`~creditaudit.signals.advantages`). Controls are in
+:mod:`~creditaudit.signals.controls`, the confidence router in :mod:`~creditaudit.signals.router`,
+and the stage (``creditaudit signals``) in :mod:`~creditaudit.signals.stage`.
+"""
+
+from creditaudit.signals.advantages import grpo_advantages, rloo_advantages, zscore
+from creditaudit.signals.base import (
+    CREDIT_SCHEMA,
+    CreditFamily,
+    FamilyOutput,
+    SignalContext,
+    Trajectory,
+    TurnRecord,
+    implemented_families,
+    make_family,
+    trajectories_from_table,
+)
+from creditaudit.signals.confidence import geometric_mean_probability
+from creditaudit.signals.controls import changed_share, inverted_control, null_control, shuffle_control, shuffle_values
+from creditaudit.signals.implicit import (
+    HCAPOAdvantage,
+    backward_smoothing,
+    hcapo_advantages,
+    hcapo_q_values,
+    hindsight_prompts,
+    hindsight_ratio,
+    multiscale_advantage,
+    pi_hind,
+)
+from creditaudit.signals.judge import (
+    JUDGE_CHOICES,
+    HttpJudge,
+    JudgeVerdict,
+    LocalJudge,
+    MalformedAnswer,
+    check_choices,
+    constrained_scores,
+    judge_agreement,
+    judge_prompt,
+    parse_judge_answer,
+)
+from creditaudit.signals.router import route, router_report
+from creditaudit.signals.stage import CREDIT, DIAGNOSTICS_DIR, SUMMARY, SignalsSummary, read_credit, run_signals
+
+__all__ = [
+    # the stage
+    "CREDIT",
+    "SUMMARY",
+    "DIAGNOSTICS_DIR",
+    "CREDIT_SCHEMA",
+    "SignalsSummary",
+    "run_signals",
+    "read_credit",
+    # the family contract
+    "CreditFamily",
+    "FamilyOutput",
+    "SignalContext",
+    "Trajectory",
+    "TurnRecord",
+    "implemented_families",
+    "make_family",
+    "trajectories_from_table",
+    # implicit (HCAPO)
+    "pi_hind",
+    "hindsight_ratio",
+    "hindsight_prompts",
+    "hcapo_q_values",
+    "backward_smoothing",
+    "multiscale_advantage",
+    "hcapo_advantages",
+    "HCAPOAdvantage",
+    # judge (TARL)
+    "JUDGE_CHOICES",
+    "judge_prompt",
+    "check_choices",
+    "constrained_scores",
+    "parse_judge_answer",
+    "MalformedAnswer",
+    "JudgeVerdict",
+    "LocalJudge",
+    "HttpJudge",
+    "judge_agreement",
+    # confidence and base advantages
+    "geometric_mean_probability",
+    "grpo_advantages",
+    "rloo_advantages",
+    "zscore",
+    # controls and router
+    "null_control",
+    "shuffle_control",
+    "inverted_control",
+    "shuffle_values",
+    "changed_share",
+    "route",
+    "router_report",
+]

@@ -1,0 +1,268 @@
+"""``creditaudit signals``: per-turn credit from every family and control the protocol names.
+
+Under a frozen protocol only. Reads ``collect/trajectories.parquet`` (refusing another protocol's)
+and, when present, ``replay/turns.parquet`` (for the router's pivotal recall); builds every family
+from its registered factory with the protocol's constants (a family this version does not
+implement is refused, never stubbed); derives the controls; computes with one torch thread
+(:func:`creditaudit.replay.compute.stored_numerics`) so the stored numbers do not depend on the
+machine's thread count; and writes, attested by a signed link record:
+
+* ``signals/credit.parquet`` -- one row per (trajectory, turn, family or control), columns
+  :data:`~creditaudit.signals.base.CREDIT_SCHEMA`, stamped with the protocol id;
+* ``signals/diagnostics/<name>.parquet`` -- each family's diagnostics;
+* ``signals/summary.json`` -- abstention shares and reasons per family and control, each shuffle's
+  changed share, judge-vs-judge agreement, and the router report.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from creditaudit.artifacts import read_stamped_parquet, write_parquet_atomic
+from creditaudit.protocol.canonical import canonical_bytes
+from creditaudit.protocol.links import StageLink
+from creditaudit.protocol.lock import FrozenProtocol, require_frozen
+from creditaudit.protocol.signing import Signer
+from creditaudit.signals.base import CREDIT_SCHEMA, SignalContext, make_family, reasons_of, trajectories_from_table
+from creditaudit.signals.controls import changed_share, inverted_control, null_control, shuffle_control
+
+__all__ = ["SIGNALS_DIR", "CREDIT", "SUMMARY", "DIAGNOSTICS_DIR", "SignalsSummary", "run_signals", "read_credit",
+           "check_implemented"]
+
+SIGNALS_DIR = "signals"
+CREDIT = "signals/credit.parquet"
+SUMMARY = "signals/summary.json"
+DIAGNOSTICS_DIR = "signals/diagnostics"
+
+
+@dataclass(frozen=True)
+class SignalsSummary:
+    """What the stage produced (the full document is ``signals/summary.json``)."""
+
+    protocol_id: str
+    n_trajectories: int
+    n_turns: int
+    families: list[str]
+    controls: list[str]
+    document: dict[str, Any]
+
+
+def check_implemented(frozen: FrozenProtocol) -> None:
+    """Refuse a protocol naming a family this version does not implement (before any work)."""
+    for i, spec in enumerate(frozen.protocol.signals):
+        make_family(spec, source=f"{frozen.path.name}: signals[{i}]")
+
+
+def _abstention(frame: pd.DataFrame) -> dict[str, Any]:
+    reasons = [r for r in reasons_of(frame) if r is not None]
+    n = len(frame)
+    return {
+        "n_turns": n,
+        "n_abstained": len(reasons),
+        "abstention_share": len(reasons) / n if n else None,
+        "abstention_reasons": {r: reasons.count(r) for r in sorted(set(reasons))},
+    }
+
+
+def _rows(frame: pd.DataFrame, *, protocol_id: str, task_of: dict[str, str], family: str, kind: str,
+          of: str | None) -> pd.DataFrame:
+    credit = frame["credit"].to_numpy(dtype=float)
+    reasons = reasons_of(frame)
+    abstained = np.array([r is not None for r in reasons])
+    if (np.isnan(credit) != abstained).any():
+        raise RuntimeError(f"{family}: a credit is undefined without an abstention reason (or the reverse)")
+    return pd.DataFrame({
+        "protocol_id": protocol_id,
+        "trajectory_id": pd.Series(frame["trajectory_id"].to_numpy(), dtype=object),
+        "task_id": [task_of[t] for t in frame["trajectory_id"]],
+        "turn": frame["turn"].to_numpy(dtype=np.int32),
+        "family": family,
+        "kind": kind,
+        "credit": [None if a else float(c) for c, a in zip(credit, abstained)],
+        "abstained": abstained,
+        "abstain_reason": pd.Series(reasons, dtype=object),
+        "of": pd.Series([of] * len(frame), dtype=object),
+    })
+
+
+def _json_safe(value: Any) -> Any:
+    """Non-finite floats become null (canonical JSON refuses them; undefined is written as null)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def _judge_model_files_in_run(frozen: FrozenProtocol) -> list[Path]:
+    """Files of local judge models (other than the policy) that lie in the run directory: they are
+    stage inputs (a judge model outside the run directory is identified by its hash in the judge id)."""
+    from creditaudit.replay.policy import policy_file_hashes
+
+    out: list[Path] = []
+    for spec in frozen.protocol.signals:
+        if spec.family != "judge" or spec.backend != "local" or spec.model == "policy":
+            continue
+        path = Path(spec.model) if Path(spec.model).is_absolute() else frozen.run_dir / spec.model
+        try:
+            path.resolve().relative_to(frozen.run_dir.resolve())
+        except ValueError:
+            continue
+        hashes = policy_file_hashes(path)
+        out += [path / name for name in sorted({**hashes["model_files"], **hashes["tokenizer_files"]})]
+    return out
+
+
+def run_signals(
+    protocol_path: str | Path,
+    signer: Signer,
+    *,
+    progress: Callable[[str, int, int], None] | None = None,
+    policy: Any = None,
+    overrides: dict[str, dict[str, Any]] | None = None,
+) -> SignalsSummary:
+    """Extract every family and control of the frozen protocol at ``protocol_path``.
+
+    Parameters
+    ----------
+    protocol_path : str or Path
+        The frozen protocol (its directory is the run directory).
+    signer : Signer
+        Signs the stage's link record.
+    progress : callable, optional
+        ``progress(phase, done, total)``.
+    policy : HFPolicy, optional
+        The pinned policy already loaded (tests); by default it is loaded, refusing changed files.
+    overrides : dict, optional
+        Per-family test hooks (e.g. ``{"judge": {"backoff_s": 0.0}}``); never change credit values.
+
+    Raises
+    ------
+    InputError
+        No trajectories, trajectories of another protocol, or a family this version does not
+        implement.
+    """
+    from creditaudit.replay.collect import TRAJECTORIES, _policy_files_in_run, load_run_policy, read_trajectories
+    from creditaudit.replay.compute import stored_numerics
+    from creditaudit.replay.stage import SUMMARY as REPLAY_SUMMARY
+    from creditaudit.replay.stage import TURNS as REPLAY_TURNS
+    from creditaudit.replay.stage import read_replay
+    from creditaudit.signals.judge import judge_agreement
+    from creditaudit.signals.router import router_report
+
+    frozen = require_frozen(protocol_path)
+    protocol = frozen.protocol
+    run_dir = frozen.run_dir
+    families = [make_family(spec, source=f"{frozen.path.name}: signals[{i}]")
+                for i, spec in enumerate(protocol.signals)]
+    table = read_trajectories(frozen)
+    trajectories = trajectories_from_table(table, source=TRAJECTORIES)
+    replay_turns = None
+    inputs: list[Path] = [frozen.path, frozen.path.with_name(frozen.path.stem + ".lock.json"), run_dir / TRAJECTORIES]
+    if (run_dir / REPLAY_TURNS).is_file():
+        turns, _ = read_replay(frozen)
+        replay_turns = turns.select(["trajectory_id", "turn", "status", "pivotal"]).to_pandas()
+        inputs += [run_dir / REPLAY_TURNS, run_dir / REPLAY_SUMMARY]
+    needs_policy = any(s.family == "implicit" or (s.family == "judge" and s.backend == "local" and s.model == "policy")
+                       for s in protocol.signals)
+    if needs_policy:
+        inputs += _policy_files_in_run(frozen)
+    inputs += _judge_model_files_in_run(frozen)
+
+    context = SignalContext(
+        protocol_id=frozen.id, protocol=protocol, run_dir=run_dir, trajectories=trajectories,
+        load_policy=(lambda: policy) if policy is not None else (lambda: load_run_policy(frozen)),
+        progress=progress, overrides=dict(overrides or {}),
+    )
+    task_of = {t.trajectory_id: t.task_id for t in trajectories}
+    spine = pd.DataFrame({"trajectory_id": [t.trajectory_id for t in trajectories for _ in t.turns],
+                          "turn": np.asarray([r.turn for t in trajectories for r in t.turns], dtype=np.int32)})
+
+    outputs: dict[str, Any] = {}
+    with stored_numerics():
+        for family in families:
+            out = family.compute(context)
+            same = (len(out.credit) == len(spine)
+                    and out.credit["trajectory_id"].tolist() == spine["trajectory_id"].tolist()
+                    and out.credit["turn"].tolist() == spine["turn"].tolist())
+            if not same:
+                raise RuntimeError(f"family {family.name!r} did not return one row per collected turn in order")
+            outputs[family.name] = out
+
+    frames: list[pd.DataFrame] = []
+    document: dict[str, Any] = {
+        "protocol_id": frozen.id,
+        "n_trajectories": len(trajectories),
+        "n_turns": len(spine),
+        "families": {},
+        "controls": {},
+    }
+    for spec in protocol.signals:
+        out = outputs[spec.name]
+        frames.append(_rows(out.credit, protocol_id=frozen.id, task_of=task_of, family=spec.name, kind="family", of=None))
+        document["families"][spec.name] = {"family": spec.family, **_abstention(out.credit), **out.report}
+
+    for control in protocol.controls:
+        if control.kind in ("random", "uniform"):
+            frame = null_control(control.kind, control.name, spine, frozen.id)
+            entry: dict[str, Any] = {"kind": control.kind, "of": None, "null_control": control.null_control}
+        elif control.kind == "shuffle":
+            source = outputs[control.of].credit
+            frame = shuffle_control(control.name, source, frozen.id)
+            entry = {"kind": "shuffle", "of": control.of, "null_control": control.null_control,
+                     **changed_share(source, frame)}
+        else:
+            frame = inverted_control(outputs[control.of].credit)
+            entry = {"kind": "inverted", "of": control.of, "null_control": control.null_control}
+        frames.append(_rows(frame, protocol_id=frozen.id, task_of=task_of, family=control.name, kind="control",
+                            of=control.of))
+        document["controls"][control.name] = {**entry, **_abstention(frame)}
+
+    judges = {s.name: outputs[s.name].credit for s in protocol.signals if s.family == "judge"}
+    document["judge_agreement"] = (judge_agreement(judges, confidence_level=protocol.statistics.ci_level)
+                                   if len(judges) >= 2 else [])
+    router = protocol.router
+    document["router"] = router_report(
+        outputs[router.confidence_family].credit, routed_share=router.routed_share,
+        confidence_family=router.confidence_family, judge_family=router.judge_family,
+        replay_turns=replay_turns, confidence_level=protocol.statistics.ci_level,
+    )
+    document = _json_safe(document)
+
+    credit = pa.Table.from_pandas(pd.concat(frames, ignore_index=True), schema=CREDIT_SCHEMA, preserve_index=False)
+    with StageLink(
+        run_dir, "signals", frozen.id, signer,
+        command=["creditaudit", "signals"],
+        parameters={"families": [s.name for s in protocol.signals], "controls": [c.name for c in protocol.controls]},
+        inputs=inputs,
+    ) as link:
+        write_parquet_atomic(credit, run_dir / CREDIT)
+        link.add_output(run_dir / CREDIT)
+        for name, out in outputs.items():
+            if out.diagnostics is not None:
+                path = run_dir / DIAGNOSTICS_DIR / f"{name}.parquet"
+                stamp = pa.array([frozen.id] * out.diagnostics.num_rows, pa.string())
+                write_parquet_atomic(out.diagnostics.add_column(0, "protocol_id", stamp), path)
+                link.add_output(path)
+        (run_dir / SUMMARY).write_bytes(canonical_bytes(document) + b"\n")
+        link.add_output(run_dir / SUMMARY)
+    return SignalsSummary(frozen.id, len(trajectories), len(spine), [s.name for s in protocol.signals],
+                          [c.name for c in protocol.controls], document)
+
+
+def read_credit(frozen: FrozenProtocol) -> pa.Table:
+    """The credit table of this protocol (refusing another protocol's)."""
+    return read_stamped_parquet(frozen.run_dir / CREDIT, frozen.id, what="credit table",
+                                command="creditaudit signals")
+
+
