@@ -1,1 +1,20 @@
-"""creditaudit.audit"""
+"""Fidelity audit of credit signals against replay truth, and the measurability map."""
+
+from creditaudit.audit.core import AuditResult, audit_tables, fluency_echo, verdict_sentence
+from creditaudit.audit.fidelity import NEUTRAL, SubjectStats, bootstrap_pvalue, included_turns, subject_statistics
+from creditaudit.audit.measurability import MeasurabilityMap, degenerate_trajectories, measurability_map
+
+__all__ = [
+    "NEUTRAL",
+    "AuditResult",
+    "MeasurabilityMap",
+    "SubjectStats",
+    "audit_tables",
+    "bootstrap_pvalue",
+    "degenerate_trajectories",
+    "fluency_echo",
+    "included_turns",
+    "measurability_map",
+    "subject_statistics",
+    "verdict_sentence",
+]

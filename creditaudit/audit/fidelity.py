@@ -1,0 +1,204 @@
+"""Fidelity statistics of every family and control against the replay truth (SPEC.md §5).
+
+One pipeline, the same exclusions for every subject (family or control):
+
+- included turns: replay status ``complete`` (a counterfactual exists and the replay finished),
+  in a trajectory that is not degenerate (fewer than ``min_complete_turns`` complete turns, or
+  constant ``A_replay``: excluded symmetrically from every subject and counted), and whose credit
+  the subject did not abstain on;
+- rank fidelity: within-trajectory Spearman between credit and ``A_replay`` (average ranks;
+  trajectories with constant credit or constant ``A_replay`` have no rank information and are
+  excluded and counted), the median across trajectories, and its cluster percentile bootstrap CI
+  (``statistics.bootstrap_iterations``, stream ``audit/bootstrap/<subject>``); its p-value is the
+  bootstrap test inversion ``min(1, 2 min(P*(m <= 0), P*(m >= 0)))``;
+- sign agreement on turns where both the credit (relative to the family's neutral value) and
+  ``A_replay`` are nonzero, with its Wilson CI;
+- precision-at-pivotal lift of the top ``statistics.top_k_fraction`` credited turns of each
+  trajectory, with its cluster bootstrap CI (stream ``audit/lift/<subject>``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from creditaudit.protocol.seeds import rng as stream_rng
+from creditaudit.protocol.schema import Protocol
+
+__all__ = ["NEUTRAL", "SubjectStats", "subject_statistics", "included_turns", "neutral_value", "bootstrap_pvalue"]
+
+#: The credit value that means "no credit either way", by family (signs are taken relative to it).
+#: rho_t is a ratio around 1; judge, ProVer and VICT credits are signed around 0; confidence is a
+#: probability with no neutral point, so it is centred within each trajectory.
+NEUTRAL: dict[str, float | str] = {
+    "implicit": 1.0,
+    "judge": 0.0,
+    "prover": 0.0,
+    "vict": 0.0,
+    "grpo": 0.0,
+    "rloo": 0.0,
+    "confidence": "trajectory-mean",
+}
+
+
+@dataclass(frozen=True)
+class SubjectStats:
+    """Every audit statistic of one subject (the gates read these by name)."""
+
+    subject: str
+    kind: str
+    of: str | None
+    estimate: float | None
+    ci_low: float | None
+    ci_high: float | None
+    p_value: float | None
+    n_trajectories: int
+    n_included_turns: int
+    n_pivotal_turns: int
+    n_excluded_constant: int
+    n_abstained: int
+    n_degenerate_resamples: int
+    sign_agreement: float | None
+    sign_ci_low: float | None
+    sign_ci_high: float | None
+    sign_n_agree: int
+    sign_n_both_nonzero: int
+    lift: float | None
+    lift_ci_low: float | None
+    lift_ci_high: float | None
+    note: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def gate_row(self) -> dict[str, float | None]:
+        """The statistics the decision engine reads (p_holm is added by the caller)."""
+        return {
+            "estimate": self.estimate,
+            "ci_low": self.ci_low,
+            "ci_high": self.ci_high,
+            "p_value": self.p_value,
+            "n_trajectories": float(self.n_trajectories),
+            "n_included_turns": float(self.n_included_turns),
+            "n_pivotal_turns": float(self.n_pivotal_turns),
+            "sign_agreement": self.sign_agreement,
+            "sign_ci_low": self.sign_ci_low,
+            "sign_ci_high": self.sign_ci_high,
+            "lift": self.lift,
+            "lift_ci_low": self.lift_ci_low,
+            "lift_ci_high": self.lift_ci_high,
+        }
+
+
+def neutral_value(family: str | None, kind: str) -> float | str:
+    """Neutral credit of a subject: its family's, negated for an inverted control, 0 for nulls."""
+    if kind in ("random", "uniform"):
+        return 0.0
+    base = NEUTRAL.get(family or "", 0.0)
+    if kind == "inverted" and isinstance(base, float):
+        return -base
+    return base
+
+
+def bootstrap_pvalue(distribution: np.ndarray) -> float | None:
+    """Two-sided p-value of H0: statistic = 0 by inverting the percentile bootstrap."""
+    finite = distribution[np.isfinite(distribution)]
+    if finite.size == 0:
+        return None
+    return float(min(1.0, 2.0 * min(np.mean(finite <= 0), np.mean(finite >= 0))))
+
+
+def included_turns(replay: pd.DataFrame, degenerate: set[str]) -> pd.DataFrame:
+    """Complete turns of non-degenerate trajectories (trajectory_id, turn, a_replay, pivotal)."""
+    keep = (replay.status == "complete") & ~replay.trajectory_id.isin(degenerate)
+    return replay.loc[keep, ["trajectory_id", "turn", "a_replay", "pivotal"]]
+
+
+def _centre(frame: pd.DataFrame, neutral: float | str) -> np.ndarray:
+    if neutral == "trajectory-mean":
+        return (frame.credit - frame.groupby("trajectory_id").credit.transform("mean")).to_numpy(float)
+    return (frame.credit - float(neutral)).to_numpy(float)
+
+
+def subject_statistics(
+    credit: pd.DataFrame,
+    included: pd.DataFrame,
+    *,
+    subject: str,
+    kind: str,
+    of: str | None,
+    protocol: Protocol,
+    protocol_id: str,
+) -> SubjectStats:
+    """Statistics of one subject.
+
+    ``credit``: this subject's rows (trajectory_id, turn, credit, abstained);
+    ``included``: :func:`included_turns` of the replay.
+    """
+    from creditaudit.stats import median_spearman, precision_at_pivotal_lift, sign_agreement
+
+    stats = protocol.statistics
+    n_abstained = int(credit.abstained.sum())
+    rows = credit.loc[~credit.abstained, ["trajectory_id", "turn", "credit"]]
+    frame = included.merge(rows, on=["trajectory_id", "turn"], how="inner").sort_values(["trajectory_id", "turn"])
+    frame = frame.reset_index(drop=True)
+    n_included = len(frame)
+    n_pivotal = int(frame.pivotal.sum()) if n_included else 0
+    empty = dict(estimate=None, ci_low=None, ci_high=None, p_value=None, n_excluded_constant=0,
+                 n_degenerate_resamples=0)
+    notes = []
+    rank = dict(empty)
+    n_traj = 0
+    if n_included:
+        try:
+            result = median_spearman(
+                frame.credit.to_numpy(float), frame.a_replay.to_numpy(float), frame.trajectory_id.to_numpy(),
+                n_resamples=stats.bootstrap_iterations, confidence_level=stats.ci_level,
+                rng=stream_rng(protocol_id, f"audit/bootstrap/{subject}"), constant=stats.spearman_constant,
+            )
+        except ValueError as exc:  # no trajectory with rank information
+            notes.append(f"rank fidelity undefined: {exc}")
+            n_traj = 0
+            rank["n_excluded_constant"] = int(frame.trajectory_id.nunique())
+        else:
+            n_traj = int(result.n_groups)
+            rank = dict(
+                estimate=float(result.statistic), ci_low=float(result.ci[0]), ci_high=float(result.ci[1]),
+                p_value=bootstrap_pvalue(np.asarray(result.distribution)),
+                n_excluded_constant=int(result.n_excluded_constant),
+                n_degenerate_resamples=int(result.n_degenerate),
+            )
+    sign = dict(sign_agreement=None, sign_ci_low=None, sign_ci_high=None, sign_n_agree=0, sign_n_both_nonzero=0)
+    if n_included:
+        centred = _centre(frame, neutral_value(of if kind != "family" else subject, kind))
+        try:
+            s = sign_agreement(centred, frame.a_replay.to_numpy(float), confidence_level=stats.ci_level)
+        except ValueError as exc:
+            notes.append(f"sign agreement undefined: {exc}")
+        else:
+            sign = dict(sign_agreement=float(s.proportion), sign_ci_low=float(s.ci[0]), sign_ci_high=float(s.ci[1]),
+                        sign_n_agree=int(s.n_agree), sign_n_both_nonzero=int(s.n_both_nonzero))
+    lift = dict(lift=None, lift_ci_low=None, lift_ci_high=None)
+    if n_included and n_pivotal:
+        try:
+            res = precision_at_pivotal_lift(
+                frame.credit.to_numpy(float), frame.pivotal.to_numpy(bool), frame.trajectory_id.to_numpy(),
+                top_fraction=stats.top_k_fraction, n_resamples=stats.bootstrap_iterations,
+                confidence_level=stats.ci_level, rng=stream_rng(protocol_id, f"audit/lift/{subject}"),
+            )
+        except ValueError as exc:
+            notes.append(f"lift undefined: {exc}")
+        else:
+            lift = dict(lift=_finite(res.statistic), lift_ci_low=_finite(res.ci[0]), lift_ci_high=_finite(res.ci[1]))
+    return SubjectStats(
+        subject=subject, kind=kind, of=of, n_trajectories=n_traj, n_included_turns=n_included,
+        n_pivotal_turns=n_pivotal, n_abstained=n_abstained, note="; ".join(notes), **rank, **sign, **lift,
+    )
+
+
+def _finite(value: float) -> float | None:
+    return float(value) if value is not None and math.isfinite(value) else None

@@ -1,0 +1,237 @@
+"""``creditaudit audit``: join the credit table with the replay truth and decide every family.
+
+Reads ``signals/credit.parquet``, ``replay/turns.parquet`` (+ its summary's measurability map) and
+``collect/trajectories.parquet`` (for fluency), all stamped with the run's protocol id (anything
+else is refused), and writes ``audit/audit.json`` (typed, versioned), ``audit/summary.md`` and
+``audit/figures/*.png``, with a link record.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field
+
+from creditaudit.artifacts import write_bytes_atomic
+from creditaudit.audit.core import AuditResult, audit_tables, verdict_sentence
+from creditaudit.protocol.canonical import canonical_bytes, to_json_value
+from creditaudit.protocol.links import StageLink
+from creditaudit.protocol.lock import FrozenProtocol, require_frozen
+from creditaudit.protocol.signing import Signer
+
+__all__ = ["AUDIT_DIR", "AUDIT_JSON", "CREDIT", "AuditDocument", "run_audit", "read_credit"]
+
+AUDIT_DIR = "audit"
+AUDIT_JSON = "audit/audit.json"
+SUMMARY_MD = "audit/summary.md"
+CREDIT = "signals/credit.parquet"
+
+
+class AuditDocument(BaseModel):
+    """``audit/audit.json``: every statistic, decision (with gate traces) and exclusion."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    version: Literal[1] = 1
+    """Format version."""
+    protocol_id: str
+    """The protocol every input was stamped with."""
+    statistics_settings: dict[str, Any]
+    """The protocol's statistics conventions, recorded with the results."""
+    exclusions: dict[str, Any]
+    """Degenerate trajectories and excluded turns by reason."""
+    subjects: list[dict[str, Any]]
+    """Statistics of every family and control."""
+    decisions: list[dict[str, Any]]
+    """Verdict of every family with every gate's inputs and outcome."""
+    sentences: dict[str, str]
+    """The rendered verdict sentence of every family."""
+    holm: dict[str, Any]
+    """Holm correction across the confirmatory tests."""
+    fluency: dict[str, Any] | None = None
+    """Fluency echo (T3) of the implicit family."""
+    measurability: dict[str, Any] = Field(default_factory=dict)
+    """The replay's measurability map."""
+
+
+def read_credit(frozen: FrozenProtocol) -> pd.DataFrame:
+    """The credit table of this protocol as a DataFrame (refusing another protocol's)."""
+    from creditaudit.signals.stage import read_credit as read_credit_table
+
+    return read_credit_table(frozen).to_pandas()
+
+
+def _figures(result: AuditResult, measurability: dict[str, Any], protocol: Any, out_dir: Path,
+             fluency_frame: pd.DataFrame | None) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    meta = {"Software": None}
+
+    # forest plot: each family with its controls, null controls at the bottom
+    rows: list[tuple[str, Any]] = []
+    for signal in protocol.signals:
+        rows.append((signal.name, result.subjects[signal.name]))
+        for control in protocol.controls:
+            if control.of == signal.name:
+                rows.append((f"  {control.name}", result.subjects[control.name]))
+    for control in protocol.controls:
+        if control.of is None:
+            rows.append((control.name, result.subjects[control.name]))
+    fig, ax = plt.subplots(figsize=(7, 0.35 * len(rows) + 1.2))
+    for y, (label, s) in enumerate(reversed(rows)):
+        if s.estimate is None:
+            ax.text(0, y, "undefined", va="center", ha="center", fontsize=7, color="grey")
+            continue
+        colour = "black" if not label.startswith(" ") and s.kind == "family" else "tab:grey"
+        ax.plot([s.ci_low, s.ci_high], [y, y], color=colour, lw=2)
+        ax.plot([s.estimate], [y], "o", color=colour)
+    ax.set_yticks(range(len(rows)), [label for label, _ in reversed(rows)], fontsize=8)
+    ax.axvline(0, color="tab:red", lw=0.8, ls="--")
+    rho_min = next((g.when.value for g in protocol.hypotheses.gates if g.id == "H1" and hasattr(g.when, "value")), None)
+    if rho_min is not None:
+        ax.axvline(rho_min, color="tab:green", lw=0.8, ls=":")
+    ax.set_xlabel("median within-trajectory Spearman(credit, A_replay), 95% cluster bootstrap CI")
+    ax.set_title("Fidelity of each family against its controls")
+    fig.tight_layout()
+    path = out_dir / "forest.png"
+    fig.savefig(path, dpi=110, metadata=meta)
+    plt.close(fig)
+    paths.append(path)
+
+    # measurability map
+    labels = ["pivotal\n(of complete)", "sigma_floor = 0\n(of complete)", "no counterfactual\n(of turns)"]
+    values = [measurability.get("share_pivotal"), measurability.get("share_sigma_floor_zero"),
+              measurability.get("share_no_counterfactual")]
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    ax.bar(labels, [v if v is not None else 0 for v in values], color=["tab:blue", "tab:orange", "tab:grey"])
+    ax.scatter(labels, [0.305, 0.860, 0.131], color="black", marker="_", s=400, zorder=3, label="paper (Qwen)")
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("share")
+    ax.legend(fontsize=8)
+    ax.set_title("Measurability map")
+    fig.tight_layout()
+    path = out_dir / "measurability.png"
+    fig.savefig(path, dpi=110, metadata=meta)
+    plt.close(fig)
+    paths.append(path)
+
+    # fluency echo
+    if fluency_frame is not None and len(fluency_frame):
+        fig, ax = plt.subplots(figsize=(5, 4))
+        pivotal = fluency_frame.pivotal.astype(bool)
+        ax.scatter(fluency_frame.fluency[~pivotal], fluency_frame.credit[~pivotal], s=8, alpha=0.6, label="not pivotal")
+        ax.scatter(fluency_frame.fluency[pivotal], fluency_frame.credit[pivotal], s=8, alpha=0.8, label="pivotal")
+        ax.set_xlabel("action fluency (mean policy log-prob)")
+        ax.set_ylabel("implicit credit (rho_t)")
+        ax.legend(fontsize=8)
+        ax.set_title("Fluency echo")
+        fig.tight_layout()
+        path = out_dir / "fluency_echo.png"
+        fig.savefig(path, dpi=110, metadata=meta)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def _fmt(value: Any, spec: str = "+.3f") -> str:
+    return "—" if value is None else format(value, spec)
+
+
+def _markdown(doc: AuditDocument, result: AuditResult, protocol: Any) -> str:
+    lines = [f"# Fidelity audit — protocol `{doc.protocol_id}`", ""]
+    lines += ["## Verdicts (frozen decision order: " + " → ".join(protocol.hypotheses.decision_order) + ")", ""]
+    for family, sentence in doc.sentences.items():
+        lines.append(f"- {sentence}")
+    lines += ["", "## Families and controls", "",
+              "| subject | kind | median ρ | CI | trajectories | included turns | pivotal | sign agreement | lift |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for s in result.subjects.values():
+        sign = "—" if s.sign_agreement is None else f"{s.sign_n_agree}/{s.sign_n_both_nonzero} = {s.sign_agreement:.3f} [{s.sign_ci_low:.3f}, {s.sign_ci_high:.3f}]"
+        lift = "—" if s.lift is None else f"{s.lift:.3f} [{_fmt(s.lift_ci_low, '.3f')}, {_fmt(s.lift_ci_high, '.3f')}]"
+        ci = "—" if s.ci_low is None else f"[{s.ci_low:+.3f}, {s.ci_high:+.3f}]"
+        lines.append(f"| {s.subject} | {s.kind} | {_fmt(s.estimate)} | {ci} | {s.n_trajectories} | "
+                     f"{s.n_included_turns} | {s.n_pivotal_turns} | {sign} | {lift} |")
+    ex = doc.exclusions
+    lines += ["", "## Exclusions", "",
+              f"{ex['n_degenerate_trajectories']} of {ex['n_trajectories']} trajectories are degenerate (fewer than "
+              f"{protocol.exclusions.min_complete_turns} complete turns or constant A_replay) and excluded from every "
+              f"subject; turns excluded by replay status: {ex['excluded_turns_by_status'] or 'none'}."]
+    if doc.fluency:
+        f = doc.fluency
+        echo = f["echo"]
+        lines += ["", "## Fluency echo (T3)", ""]
+        if echo.get("estimate") is not None:
+            lines.append(f"Median within-trajectory Spearman(implicit credit, fluency) {echo['estimate']:+.3f} "
+                         f"[{echo['ci'][0]:+.3f}, {echo['ci'][1]:+.3f}] (paper: +0.752).")
+        if f.get("regression"):
+            r = f["regression"]
+            lines.append(f"Joint regression (standardised): fluency {r['beta_fluency']:+.3f}, causal increment "
+                         f"{r['beta_a_replay']:+.3f} (paper: 0.955 vs 0.402).")
+        if f.get("partial"):
+            p = f["partial"]
+            lines.append(f"Partial correlation of credit and increment given fluency: {p['r']:+.3f} (p = {p['p']:.3g}; "
+                         "paper: -0.004, p = 0.87).")
+    m = doc.measurability
+    if m:
+        lines += ["", "## Measurability", "",
+                  f"Pivotal {_fmt(m.get('share_pivotal'), '.3f')} of complete turns, sigma_floor = 0 "
+                  f"{_fmt(m.get('share_sigma_floor_zero'), '.3f')}, no counterfactual "
+                  f"{_fmt(m.get('share_no_counterfactual'), '.3f')} of turns (paper: 0.305 / 0.860 / 0.131).",
+                  m.get("resolution_statement", "")]
+    lines += ["", "Figures: `figures/forest.png`, `figures/measurability.png`, `figures/fluency_echo.png`.", ""]
+    return "\n".join(lines)
+
+
+def run_audit(protocol_path: str | Path, signer: Signer) -> AuditDocument:
+    """Audit the run's credit table against its replay truth under the frozen protocol."""
+    from creditaudit.replay.collect import TRAJECTORIES, read_trajectories
+    from creditaudit.replay.stage import SUMMARY, TURNS, read_replay
+
+    frozen = require_frozen(protocol_path)
+    protocol = frozen.protocol
+    credit = read_credit(frozen)
+    turns, replay_summary = read_replay(frozen)
+    replay = turns.to_pandas()
+    collected = read_trajectories(frozen).select(["trajectory_id", "turn", "mean_logprob"]).to_pandas()
+    fluency = collected.rename(columns={"mean_logprob": "fluency"})
+    result = audit_tables(credit, replay, protocol=protocol, protocol_id=frozen.id, fluency=fluency)
+    sentences = {name: verdict_sentence(d, result.subjects[name], protocol) for name, d in result.decisions.items()}
+    doc = AuditDocument(
+        protocol_id=frozen.id,
+        statistics_settings=protocol.statistics.model_dump(mode="json"),
+        exclusions=result.exclusions,
+        subjects=[s.to_dict() for s in result.subjects.values()],
+        decisions=[d.to_dict() for d in result.decisions.values()],
+        sentences=sentences,
+        holm=result.holm,
+        fluency=result.fluency,
+        measurability=replay_summary.get("measurability", {}),
+    )
+    run_dir = frozen.run_dir
+    out_dir = run_dir / AUDIT_DIR
+    out_dir.mkdir(parents=True, exist_ok=True)
+    implicit = next((s.name for s in protocol.signals if s.family == "implicit"), None)
+    fluency_frame = None
+    if implicit is not None:
+        rows = credit.loc[(credit.family == implicit) & ~credit.abstained, ["trajectory_id", "turn", "credit"]]
+        fluency_frame = (replay.loc[replay.status == "complete", ["trajectory_id", "turn", "pivotal"]]
+                         .merge(rows, on=["trajectory_id", "turn"]).merge(fluency, on=["trajectory_id", "turn"]))
+    with StageLink(
+        run_dir, "audit", frozen.id, signer, command=["creditaudit", "audit"],
+        parameters={"bootstrap_iterations": protocol.statistics.bootstrap_iterations},
+        inputs=[frozen.path, frozen.path.with_name(frozen.path.stem + ".lock.json"), run_dir / CREDIT,
+                run_dir / TURNS, run_dir / SUMMARY, run_dir / TRAJECTORIES],
+    ) as link:
+        write_bytes_atomic(run_dir / AUDIT_JSON, canonical_bytes(to_json_value(doc.model_dump(mode="json"))) + b"\n")
+        (run_dir / SUMMARY_MD).write_text(_markdown(doc, result, protocol), "utf-8")
+        for path in [run_dir / AUDIT_JSON, run_dir / SUMMARY_MD,
+                     *_figures(result, doc.measurability, protocol, out_dir / "figures", fluency_frame)]:
+            link.add_output(path)
+    return doc
