@@ -63,8 +63,18 @@ def _make_stub(stage: str, issue: str):
 
 def _register_stages() -> None:
     from creditaudit.protocol.cli import app as protocol_app
+    from creditaudit.replay.cli import collect_command, games_command, policy_app, replay_command
 
     app.add_typer(protocol_app, name="protocol")
+    app.add_typer(policy_app, name="policy")
+    app.command(name="games")(games_command)
+    app.command(name="collect")(collect_command)
+    app.command(name="replay")(replay_command)
+    from creditaudit.signals.cli import signals_command
+    from creditaudit.audit.cli import audit_command
+
+    app.command(name="signals")(signals_command)
+    app.command(name="audit")(audit_command)
 
     stubs = {
         "policy": ("Build or inspect the policy (embedded default or a local Hugging Face model).", "environments and policies"),

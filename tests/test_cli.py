@@ -7,7 +7,7 @@ import pytest
 
 from creditaudit.cli import app, main
 
-STAGES = ["collect", "replay", "signals", "audit", "arms", "ledger", "report"]
+STAGES = ["arms", "ledger", "report"]
 
 
 def run(args, capsys=None):
@@ -58,7 +58,7 @@ def test_protocol_round_trip_exit_codes(tmp_path, fake_policy_dir, capsys):
 
 
 def test_installed_entry_point_runs():
-    result = subprocess.run([sys.executable, "-m", "creditaudit", "replay"], capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-m", "creditaudit", "arms"], capture_output=True, text=True)
     assert result.returncode == 2 and "not yet available" in result.stderr
     result = subprocess.run([sys.executable, "-m", "creditaudit", "--version"], capture_output=True, text=True)
     assert result.returncode == 0 and result.stdout.startswith("creditaudit ")

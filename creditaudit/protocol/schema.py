@@ -402,7 +402,7 @@ class ControlSpec(_Model):
     name: Name
     """Unique name; gates refer to it as ``control:<name>``."""
     kind: Literal["random", "uniform", "shuffle", "inverted"]
-    """random: i.i.d. N(0,1) per turn; uniform: the same value for every turn; shuffle: a
+    """random: i.i.d. N(0, 1) per turn; uniform: i.i.d. Uniform(-1, 1) per turn; shuffle: a
     within-trajectory permutation of the family (marginal-matched, seeded); inverted: minus the
     family's credit."""
     of: Name | None = None
