@@ -13,14 +13,23 @@ weight files.
 
 Mistakes and targets
 --------------------
-Each walkthrough step is replaced, with probability ``noise_rate``, by a plausible wrong
-admissible action that does not make the task impossible (a wrong ``go to``, ``examine`` or
-``open``); the expert then continues from the state the mistake produced (going back first if
-the mistake moved the agent away). Mistaken actions appear in the prompts' history but are never
-training targets (their loss is masked): the policy learns to recover from states off the expert
-path (DART-style noise injection) without learning to imitate deliberate errors at an injected
-rate. Its own failures then come from what it cannot know or represent (where an object lies, a
-two-turn memory, a tiny network), which is the kind of failure an audit should see.
+Before each walkthrough step, with probability ``noise_rate`` (at most twice in a row), a mistake
+is injected that does not make the task impossible: half of the time an inadmissible variant of
+the expert's command (its last instance number changed; the engine answers "Nothing happens."
+and nothing changes), otherwise a wrong admissible ``go to``, ``examine`` or ``open``. The expert
+then continues from the state the mistake produced (going back first if the mistake moved the
+agent away). Mistaken actions appear in later prompts' history but are never training targets
+(their loss is masked): the policy learns to recover from states off the expert path
+(DART-style noise injection), including the "Nothing happens." its own rollouts produce, without
+learning to imitate deliberate errors at an injected rate. Its failures then come from what it
+cannot know or represent (where an object lies, a two-turn memory, a tiny network).
+
+Loss
+----
+Cross-entropy on the action tokens and ``<eoa>`` only (``context_weight = 0``). Two options
+are kept for experiments and are off by default: an auxiliary next-token loss on the prompt
+tokens (``context_weight``) and a renaming augmentation of object names
+(:func:`rename_entities`).
 """
 
 from __future__ import annotations
@@ -41,6 +50,13 @@ __all__ = [
     "PAD_TOKEN",
     "EOA_TOKEN",
     "UNK_TOKEN",
+    "NEWLINE_TOKEN",
+    "SPECIAL_TOKENS",
+    "BUILD_FORMAT_VERSION",
+    "BUILD_THREADS",
+    "CONTEXT_LOSS_WEIGHT",
+    "entity_names",
+    "rename_entities",
     "environment_words",
     "words_from_texts",
     "build_vocabulary",
@@ -440,6 +456,8 @@ def train_behaviour_cloning(
 ) -> dict[str, Any]:
     """Behaviour cloning: cross-entropy on the action tokens (and ``<eoa>``) of target examples.
 
+    Batches are right-padded, so real tokens keep positions ``0..len-1`` as at inference.
+
     Parameters
     ----------
     model : Qwen2ForCausalLM
@@ -450,8 +468,15 @@ def train_behaviour_cloning(
     epochs, learning_rate : int, float
         AdamW with linear warm-up (first 5% of steps) and linear decay to 0.
     rng : numpy.random.Generator
-        Data order (one permutation per epoch).
+        Data order (one permutation per epoch) and the augmentation's draws.
     batch_size : int, default 16
+    weight_decay : float, default 0.01
+    augment : bool, default False
+        From the second epoch on, rename the object names of a share ``augment_share`` of the
+        examples (:func:`rename_entities`).
+    augment_share : float, default 0.5
+    context_weight : float, default 0.0
+        Weight of an auxiliary next-token loss on the prompt tokens (0: action tokens only).
     progress : callable, optional
         ``progress("train", step, total_steps)``.
 
@@ -670,9 +695,10 @@ DEFAULT_HELD_OUT_GAMES = 24
 """Held-out games generated to measure a built policy (4 per task type)."""
 BUILD_THREADS = 1
 """Torch threads during the build: fixed, because the reduction order of CPU kernels (and so the
-last bits of the weights) may depend on the thread count."""
+last bits of the weights) may depend on the thread count; one, because on a shared 2-core
+machine two threads measured 0.4 s -> 3 s per training step when the other core was busy."""
 
-CONTEXT_LOSS_WEIGHT = 1.0
+CONTEXT_LOSS_WEIGHT = 0.0
 """Weight of the auxiliary next-token loss on prompt tokens (see :func:`train_behaviour_cloning`)."""
 
 _BUILD_FIELDS = ("seed", "hidden_size", "num_layers", "num_heads", "train_games", "noise_rate", "epochs", "learning_rate")
@@ -793,8 +819,12 @@ def build_default_policy(
         Measure the saved policy, loaded back through :func:`~creditaudit.replay.policy.load_policy`.
     eval_temperature, eval_rollouts : float, int
         Sampling temperature and rollouts per held-out game (horizon 30).
-    threads : int, default 2
-        Torch threads during the build (part of what makes the weights reproducible).
+    threads : int, default 1
+        Torch threads during the build (part of what makes the weights reproducible; one thread
+        is also the fastest on a shared 2-core machine, where a second OpenMP thread that has to
+        wait for a busy core slows training several-fold).
+    context_weight : float, default 0.0
+        Auxiliary prompt-token loss weight (see :func:`train_behaviour_cloning`).
     progress : callable, optional
         ``progress(stage, done, total)``.
 

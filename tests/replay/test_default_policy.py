@@ -1,0 +1,260 @@
+"""Tests of the embedded default policy's recipe (creditaudit.replay.default_policy).
+
+Most tests run on a tiny in-test text game with the ALFWorld command grammar, so they take
+seconds; the ``slow`` test builds a small policy on real generated ALFWorld games.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+import torch
+
+from creditaudit.replay.default_policy import (
+    BUILD_RECORD,
+    EOA_TOKEN,
+    PAD_TOKEN,
+    SPECIAL_TOKENS,
+    UNK_TOKEN,
+    BCExample,
+    build_default_policy,
+    build_model,
+    build_tokenizer,
+    build_vocabulary,
+    environment_words,
+    evaluate_policy,
+    noisy_demonstrations,
+    rename_entities,
+    train_behaviour_cloning,
+)
+from creditaudit.replay.env import Observation, StepResult, Task
+from creditaudit.replay.policy import HFPolicy, load_policy, policy_file_hashes
+
+# ----------------------------------------------------------------------------- a tiny game
+
+
+class TinyHouse:
+    """Three places; fetch an object and put it on the target. Same command grammar as ALFWorld."""
+
+    name = "tiny-house"
+
+    def __init__(self, horizon: int = 12):
+        self.horizon = horizon
+
+    def reset(self, task: Task) -> Observation:
+        p = task.params
+        self.obj, self.src, self.dst = p["obj"], p["src"], p["dst"]
+        self.places = list(p["places"])
+        self.where, self.here, self.holding, self.opened = self.src, None, False, set()
+        self.t, self.done, self.won = 0, False, False
+        self.goal = f"put some {self.obj.split()[0]} on {self.dst.split()[0]}."
+        text = "You are in the middle of a room. Looking quickly around you, you see " + ", ".join(
+            f"a {x}" for x in self.places) + f".\n\nYour task is to: {self.goal}"
+        return Observation(self.goal, text, self.admissible_actions())
+
+    def admissible_actions(self):
+        out = [f"go to {x}" for x in self.places]
+        if self.here is not None:
+            out.append(f"examine {self.here}")
+            if self.here.startswith("drawer") and self.here not in self.opened:
+                out.append(f"open {self.here}")
+            if self.where == self.here and not self.holding:
+                out.append(f"take {self.obj} from {self.here}")
+            if self.holding:
+                out.append(f"move {self.obj} to {self.here}")
+        return tuple(sorted(out + ["inventory", "look"]))
+
+    def step(self, action: str) -> StepResult:
+        ok = action in self.admissible_actions()
+        self.t += 1
+        text = "Nothing happens."
+        if ok and action.startswith("go to "):
+            self.here = action[6:]
+            seen = f"a {self.obj}" if self.where == self.here and not self.holding else "nothing"
+            text = f"You arrive at {self.here}. On the {self.here}, you see {seen}."
+        elif ok and action.startswith("take "):
+            self.holding, self.where = True, None
+            text = f"You pick up the {self.obj} from the {self.here}."
+        elif ok and action.startswith("move "):
+            self.holding, self.where = False, self.here
+            text = f"You move the {self.obj} to the {self.here}."
+            self.won = self.here == self.dst
+        elif ok and action.startswith("open "):
+            self.opened.add(self.here)
+            text = f"You open the {self.here}."
+        self.done = self.won or self.t >= self.horizon
+        return StepResult(text, self.admissible_actions(), self.done, self.won, self.t >= self.horizon and not self.won)
+
+    def close(self):
+        pass
+
+
+@dataclass(frozen=True)
+class TinyGame:
+    task: Task
+    walkthrough: tuple[str, ...] = field(default=())
+
+
+def tiny_games(n: int, offset: int = 0) -> list[TinyGame]:
+    objs = ["mug", "apple", "book", "pen", "cup"]
+    places = ["desk 1", "shelf 1", "drawer 1", "sofa 1"]
+    out = []
+    for k in range(offset, offset + n):
+        obj = f"{objs[k % 5]} {1 + k % 2}"
+        src, dst = places[k % 4], places[(k + 1 + k // 4) % 4]
+        if src == dst:
+            dst = places[(k + 2) % 4]
+        walk = (f"go to {src}", f"take {obj} from {src}", f"go to {dst}", f"move {obj} to {dst}")
+        task = Task(f"tiny-{k}", "pick_and_place_simple", "tiny", {"obj": obj, "src": src, "dst": dst, "places": places})
+        out.append(TinyGame(task, walk))
+    return out
+
+
+def _env_factory(horizon: int = 12):
+    return TinyHouse(horizon=min(horizon, 12))
+
+
+# ----------------------------------------------------------------------------- vocabulary
+
+
+def test_vocabulary_and_tokenizer():
+    words = environment_words()
+    assert {"alarmclock", "countertop", "fridge", "go", "take", "move", "open", "0", "1", "20", "99"} <= words
+    vocab = build_vocabulary(["Zorblax glorp 7."])
+    assert vocab[:3] == list(SPECIAL_TOKENS) and len(set(vocab)) == len(vocab)
+    assert {"zorblax", "glorp"} <= set(vocab)
+    tok = build_tokenizer(vocab)
+    ids = tok("Take Mug 1 from CounterTop 2", add_special_tokens=False)["input_ids"]
+    assert tok.decode(ids) == "take mug 1 from countertop 2"
+    assert tok.convert_ids_to_tokens(tok("qwertyuiop")["input_ids"]) == [UNK_TOKEN]
+    assert (tok.eos_token, tok.pad_token, tok.unk_token) == (EOA_TOKEN, PAD_TOKEN, UNK_TOKEN)
+    with pytest.raises(ValueError, match="special tokens"):
+        build_tokenizer(["a", "b"])
+
+
+def test_rename_entities_is_consistent():
+    names = ["mug", "desk", "apple", "sofa", "shelf", "pen"]
+    prompt = "On the desk 1, you see a mug 2.\nadmissible actions: take mug 2 from desk 1 | look\naction:"
+    p, a = rename_entities(prompt, "take mug 2 from desk 1", np.random.default_rng(3), names)
+    assert a in p and a.split()[0] == "take" and a.split()[3] == "from"
+    assert p.count(a.split()[1]) == prompt.count("mug") and "look" in p
+
+
+# ----------------------------------------------------------------------------- demonstrations
+
+
+def test_demonstrations_without_noise_follow_the_walkthrough():
+    games = tiny_games(3)
+    rep = noisy_demonstrations([g.task for g in games], [g.walkthrough for g in games], TinyHouse(100),
+                               noise_rate=0.0, history_length=2, rng_for=lambda i: np.random.default_rng(i))
+    assert [e.action for e in rep.examples] == [a for g in games for a in g.walkthrough]
+    assert all(e.target for e in rep.examples) and rep.mistakes == 0 and rep.games_not_won == 0
+    assert rep.examples[0].prompt.endswith("action:") and "task: put some mug on shelf." in rep.examples[0].prompt
+
+
+def test_noisy_demonstrations_recover_and_mask_mistakes():
+    games = tiny_games(6)
+    rep = noisy_demonstrations([g.task for g in games], [g.walkthrough for g in games], TinyHouse(100),
+                               noise_rate=0.6, history_length=2, rng_for=lambda i: np.random.default_rng(100 + i))
+    mistakes = [e for e in rep.examples if not e.target]
+    assert rep.mistakes == len(mistakes) > 0 and rep.recoveries > 0
+    for e in mistakes:  # a wrong move/look/open, or an inadmissible variant of the expert's command
+        admissible = e.prompt.split("admissible actions: ")[1].split("\n")[0].split(" | ")
+        assert (e.action in admissible and e.action.startswith(("go to ", "examine ", "open "))) or (
+            e.action not in admissible)
+    assert any(e.action not in e.prompt for e in mistakes) and any(e.action in e.prompt for e in mistakes)
+    assert rep.games_not_won == 0 and rep.games_truncated == 0  # mistakes never make a game impossible
+    assert len(rep.examples) > sum(len(g.walkthrough) for g in games)
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def _tiny_model(tok, seed=5):
+    return build_model(len(tok), tok, hidden_size=32, num_layers=1, num_heads=2, init_seed=seed)
+
+
+def _demos():
+    games = tiny_games(8)
+    return noisy_demonstrations([g.task for g in games], [g.walkthrough for g in games], TinyHouse(100),
+                                noise_rate=0.3, history_length=2, rng_for=lambda i: np.random.default_rng(i))
+
+
+def test_training_lowers_the_loss_and_is_reproducible():
+    demos = _demos()
+    tok = build_tokenizer(build_vocabulary(e.prompt for e in demos.examples))
+    states, stats = [], []
+    for _ in range(2):
+        model = _tiny_model(tok)
+        stats.append(train_behaviour_cloning(model, tok, demos.examples, epochs=3, learning_rate=1e-2,
+                                             rng=np.random.default_rng(0), batch_size=8, context_weight=1.0))
+        states.append({k: v.clone() for k, v in model.state_dict().items()})
+    assert stats[0] == stats[1]
+    assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
+    assert stats[0]["last_epoch_loss"] < stats[0]["first_epoch_loss"]
+    assert stats[0]["examples"] == sum(e.target for e in demos.examples)
+    with pytest.raises(Exception, match="no target example"):
+        train_behaviour_cloning(_tiny_model(tok), tok, [BCExample("p", "a", False)], epochs=1, learning_rate=1e-3,
+                                rng=np.random.default_rng(0))
+
+
+def test_evaluation_counts_and_does_not_depend_on_batching():
+    demos = _demos()
+    tok = build_tokenizer(build_vocabulary(e.prompt for e in demos.examples))
+    policy = HFPolicy(_tiny_model(tok), tok, max_action_tokens=6)
+    games = tiny_games(3, offset=20)
+    runs = [evaluate_policy(policy, games, env_factory=_env_factory, seed=9, rollouts_per_task=2, n_envs=n)
+            for n in (1, 4)]
+    assert runs[0].per_task == runs[1].per_task
+    assert (runs[0].steps, runs[0].admissible_steps) == (runs[1].steps, runs[1].admissible_steps)
+    r = runs[0]
+    assert r.episodes == 6 and 6 <= r.steps <= 6 * 12 and 0 <= r.admissible_steps <= r.steps
+    assert 0.0 <= r.success_rate <= 1.0 and r.to_dict()["temperature"] == 0.7
+
+
+# ----------------------------------------------------------------------------- the build
+
+
+def _weights_hash(path):
+    return hashlib.sha256((path / "model.safetensors").read_bytes()).hexdigest()
+
+
+def test_build_on_a_tiny_game_is_reproducible_and_loads_generically(tmp_path):
+    build = {"seed": 7, "hidden_size": 16, "num_layers": 1, "num_heads": 2, "train_games": 6,
+             "noise_rate": 0.25, "epochs": 2, "learning_rate": 3e-3}
+    results = []
+    for name in ("a", "b"):
+        results.append(build_default_policy(
+            tmp_path / name, build, train_games=tiny_games(6), held_out_games=tiny_games(2, offset=30),
+            env_factory=_env_factory, progress=None,
+        ))
+    a, b = results
+    assert _weights_hash(tmp_path / "a") == _weights_hash(tmp_path / "b")
+    assert a["files"] == b["files"] == policy_file_hashes(tmp_path / "a")
+    assert a["evaluation"] == b["evaluation"] and a["evaluation"]["episodes"] == 2
+    assert (tmp_path / "a" / BUILD_RECORD).read_bytes() == (tmp_path / "b" / BUILD_RECORD).read_bytes()
+    policy = load_policy(tmp_path / "a", device="cpu")
+    assert policy.tokenizer.eos_token == EOA_TOKEN and policy.prompt_builder.mode == "plain"
+    other = build_default_policy(tmp_path / "c", {**build, "seed": 8}, train_games=tiny_games(6),
+                                 env_factory=_env_factory, evaluate=False)
+    assert other["evaluation"] is None and _weights_hash(tmp_path / "c") != _weights_hash(tmp_path / "a")
+
+
+@pytest.mark.slow
+def test_build_on_generated_alfworld_games_is_reproducible(tmp_path):
+    pytest.importorskip("textworld")
+    build = {"seed": 11, "hidden_size": 16, "num_layers": 1, "num_heads": 2, "train_games": 6,
+             "noise_rate": 0.25, "epochs": 1, "learning_rate": 3e-3}
+    games = tmp_path / "games"
+    a = build_default_policy(tmp_path / "a", build, games_dir=games, evaluate=False)
+    b = build_default_policy(tmp_path / "b", build, games_dir=games, evaluate=False)
+    assert _weights_hash(tmp_path / "a") == _weights_hash(tmp_path / "b")
+    assert a["files"]["model_files"] == b["files"]["model_files"]
+    assert a["demonstrations"]["examples"] > 6
+    policy = load_policy(tmp_path / "a", device="cpu")
+    prompt = policy.prompt_builder.build("put some mug on desk.", "You arrive at desk 1.", ["go to desk 1", "look"])
+    out = policy.sample([prompt], seeds=[1], temperature=0.7)[0]
+    assert out.stop_reason in {"eos", "max_tokens"}
