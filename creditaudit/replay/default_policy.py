@@ -132,6 +132,8 @@ def environment_words() -> set[str]:
     from creditaudit.replay.policy import format_hindsight
 
     words |= words_from_texts([format_hindsight("x", True), format_hindsight("x", False)])
+    # The default local judge is the audited policy itself: it must encode the choices 1, 0, -1.
+    words |= words_from_texts(["-1 0 1"])
     return words
 
 
