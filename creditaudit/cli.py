@@ -107,8 +107,17 @@ def _register_stages() -> None:
 _register_stages()
 
 
+def _quiet_libraries() -> None:
+    """The command line shows its own progress; transformers' per-load bars would drown it."""
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is ever downloaded
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # read by transformers at import
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app and map errors to exit codes (never a traceback for user errors)."""
+    _quiet_libraries()
     try:
         result = app(args=argv, prog_name="creditaudit", standalone_mode=False)
     except typer.Exit as exc:

@@ -22,6 +22,9 @@ __all__ = ["DEMO_OVERRIDES", "demo_command", "demo_protocol_text", "run_demo"]
 #: How the demo departs from the paper-size default template, to fit ~10 minutes on 2 cores.
 DEMO_OVERRIDES: dict[str, Any] = {
     "environment": {"generator": {"games_per_type": 1}, "horizon": 20},
+    # The tiny default policy draws among the admissible commands (it cannot yet reliably copy
+    # object names in free generation; see README).
+    "policy": {"decoding": "admissible"},
     "collection": {"n_tasks": 4, "group_size": 2},
     "statistics": {"bootstrap_iterations": 2000},
     # The families this version computes (ProVer and VICT arrive with their own stage).
@@ -106,6 +109,7 @@ def run_demo(run: Path, *, quiet: bool = False, overrides: dict[str, Any] | None
             build_default_policy(
                 target, protocol.policy.build, history_length=protocol.policy.history_length,
                 eval_temperature=protocol.policy.temperature, games_dir=run / ".policy-build-games",
+                decoding=protocol.policy.decoding,
                 progress=update,
             )
     record = json.loads((target / BUILD_RECORD).read_text())

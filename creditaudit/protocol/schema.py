@@ -246,6 +246,10 @@ class PolicySection(_Model):
     """Maximum generated tokens per action."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     """Compute dtype."""
+    decoding: Literal["free", "admissible"] = "free"
+    """``free``: the policy generates the action text (inadmissible text gets the engine's
+    "Nothing happens."); ``admissible``: the action is drawn from the policy's own distribution
+    restricted to the admissible commands (sequence log-probabilities tempered by T)."""
 
 
 # --------------------------------------------------------------------------- collection, replay

@@ -117,6 +117,7 @@ def load_run_policy(frozen: FrozenProtocol, **kwargs: Any):
         dtype=section.dtype,
         history_length=section.history_length,
         max_action_tokens=section.max_action_tokens,
+        decoding=section.decoding,
         **kwargs,
     )
 

@@ -45,6 +45,7 @@ from typing import Any
 from creditaudit.errors import InputError
 from creditaudit.protocol import seeds as seed_streams
 from creditaudit.replay.policy import PromptBuilder
+from creditaudit.replay.rollout import candidate_kwargs
 
 __all__ = [
     "PAD_TOKEN",
@@ -657,7 +658,8 @@ def evaluate_policy(
                 seeds = [
                     seed_streams.seed_int(root, f"policy/eval/{s['job'][0]}/{s['job'][1]}/{s['t']}") for s in live
                 ]
-                actions = policy.sample(prompts, seeds=seeds, temperature=temperature)
+                actions = policy.sample(prompts, seeds=seeds, temperature=temperature,
+                                        **candidate_kwargs(policy, [s["admissible"] for s in live]))
                 still = []
                 for s, a in zip(live, actions):
                     steps += 1
@@ -792,6 +794,7 @@ def build_default_policy(
     eval_rollouts: int = 1,
     n_held_out: int = DEFAULT_HELD_OUT_GAMES,
     threads: int = BUILD_THREADS,
+    decoding: str = "free",
     context_weight: float = CONTEXT_LOSS_WEIGHT,
     progress: Callable[[str, int, int], None] | None = None,
 ) -> dict[str, Any]:
@@ -821,6 +824,8 @@ def build_default_policy(
         Measure the saved policy, loaded back through :func:`~creditaudit.replay.policy.load_policy`.
     eval_temperature, eval_rollouts : float, int
         Sampling temperature and rollouts per held-out game (horizon 30).
+    decoding : {"free", "admissible"}, default "free"
+        How the built policy is evaluated (the protocol's ``policy.decoding``).
     threads : int, default 1
         Torch threads during the build (part of what makes the weights reproducible; one thread
         is also the fastest on a shared 2-core machine, where a second OpenMP thread that has to
@@ -934,7 +939,7 @@ def build_default_policy(
         evaluation = None
         if evaluate:
             t0 = time.perf_counter()
-            policy = load_policy(out, device="cpu", history_length=history_length)
+            policy = load_policy(out, device="cpu", history_length=history_length, decoding=decoding)
             with _Deterministic(threads):
                 result = evaluate_policy(
                     policy, held_out_games, env_factory=lambda: env_factory(30), seed=seed,

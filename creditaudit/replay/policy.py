@@ -387,8 +387,8 @@ class SampledAction:
     token_logprobs : tuple of float
         Natural-log probability of each action token under the policy at temperature 1 (the
         policy's own probabilities, whatever the sampling temperature).
-    stop_reason : {"eos", "newline", "max_tokens"}
-        Why generation stopped.
+    stop_reason : {"eos", "newline", "max_tokens", "candidate"}
+        Why generation stopped (``"candidate"``: chosen among admissible commands).
     stop_logprob : float or None
         Log-probability (temperature 1) of the stop token; ``None`` for ``"max_tokens"``.
     seed : int
@@ -488,6 +488,9 @@ class HFPolicy:
         Rows per forward pass; results do not depend on it.
     source : str, optional
         The directory the policy was loaded from (for messages and records).
+    decoding : {"free", "admissible"}, default "free"
+        ``free``: generate the action text; ``admissible``: draw it from the policy's own
+        distribution restricted to the admissible commands (see :meth:`sample`).
 
     Notes
     -----
@@ -506,8 +509,12 @@ class HFPolicy:
         use_chat_template: bool | str = "auto",
         batch_size: int = 32,
         source: str | None = None,
+        decoding: str = "free",
     ):
         torch = _torch()
+        if decoding not in ("free", "admissible"):
+            raise ValueError(f"`decoding` must be one of {{'free', 'admissible'}}; got {decoding!r}")
+        self.decoding = decoding
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.source = source or "<in-memory model>"
@@ -555,6 +562,7 @@ class HFPolicy:
         max_action_tokens: int = 12,
         use_chat_template: bool | str = "auto",
         batch_size: int = 32,
+        decoding: str = "free",
     ) -> HFPolicy:
         """Load a policy from a local model directory (never from the hub).
 
@@ -627,6 +635,7 @@ class HFPolicy:
             use_chat_template=use_chat_template,
             batch_size=batch_size,
             source=str(root),
+            decoding=decoding,
         )
 
     # ---------------------------------------------------------------- token sets
@@ -765,6 +774,7 @@ class HFPolicy:
         temperature: float,
         max_action_tokens: int | None = None,
         batch_size: int | None = None,
+        candidates: Sequence[Sequence[str]] | None = None,
     ) -> list[SampledAction]:
         """Sample one action per prompt.
 
@@ -781,6 +791,10 @@ class HFPolicy:
             Cap on generated tokens (default: the policy's).
         batch_size : int, optional
             Rows per forward pass; results do not depend on it.
+        candidates : sequence of sequence of str, optional
+            The admissible commands of each row. Used only when the policy's ``decoding`` is
+            ``"admissible"``: the action is then drawn from the policy's own distribution
+            restricted to these commands (see Notes); ignored under ``"free"`` decoding.
 
         Returns
         -------
@@ -795,7 +809,16 @@ class HFPolicy:
         and the model's generation config's), at a token containing a line break, or after
         ``max_action_tokens`` tokens. Identical rows in different batches can differ only if the
         batched arithmetic moves a logit across an exact tie (float rounding of padded batches).
+
+        Admissible decoding (``decoding="admissible"``), the candidate-ranking style of LM agents:
+        each candidate command ``c`` gets its sequence log-probability
+        ``s_c = sum_j log pi(c_j | prompt, c_<j) + log pi(<end> | prompt, c)`` and the row draws
+        ``argmax_c (s_c / T + g_c)`` with Gumbel noise ``g`` from ``numpy.random.default_rng(seed)``
+        (``T = 0``: the most probable command). The returned log-probabilities are the chosen
+        command's own token log-probabilities at temperature 1.
         """
+        if self.decoding == "admissible" and candidates is not None:
+            return self._sample_candidates(prompts, seeds, temperature, candidates, batch_size)
         torch = self._torch
         if len(seeds) != len(prompts):
             raise ValueError(f"`seeds` must have one entry per prompt; got {len(seeds)} seeds for {len(prompts)} prompts")
@@ -816,6 +839,38 @@ class HFPolicy:
                 for i, r in zip(chunk, out):
                     results[i] = r
         return results  # type: ignore[return-value]
+
+    def _sample_candidates(self, prompts, seeds, temperature, candidates, batch_size) -> list[SampledAction]:
+        import numpy as np
+
+        if len(candidates) != len(prompts):
+            raise ValueError(f"`candidates` must have one list per prompt; got {len(candidates)} for {len(prompts)}")
+        if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature >= 0):
+            raise ValueError(f"`temperature` must be a finite number >= 0; got {temperature!r}")
+        flat_prompts, flat_actions, owner = [], [], []
+        for i, (prompt, cands) in enumerate(zip(prompts, candidates)):
+            if not cands:
+                raise ValueError(f"`candidates[{i}]` is empty: admissible decoding needs at least one command")
+            for c in cands:
+                flat_prompts.append(prompt)
+                flat_actions.append(c)
+                owner.append(i)
+        scores = self.score(flat_prompts, flat_actions, include_stop=True, batch_size=batch_size)
+        per_row: list[list[tuple[str, ActionScore]]] = [[] for _ in prompts]
+        for i, action, score in zip(owner, flat_actions, scores):
+            per_row[i].append((action, score))
+        out = []
+        for seed, rows in zip(seeds, per_row):
+            if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0 or seed >= 2**64:
+                raise ValueError(f"`seeds` must hold integers in [0, 2**64); got {seed!r}")
+            total = np.array([sc.sum_logprob + (sc.stop_logprob or 0.0) for _, sc in rows])
+            if temperature == 0:
+                k = int(np.argmax(total))
+            else:
+                k = int(np.argmax(total / temperature + np.random.default_rng(seed).gumbel(size=len(rows))))
+            action, sc = rows[k]
+            out.append(SampledAction(action, sc.token_ids, sc.token_logprobs, "candidate", sc.stop_logprob, int(seed)))
+        return out
 
     def _sample_chunk(self, rows, seeds, temperature, limit) -> list[SampledAction]:
         torch = self._torch

@@ -42,7 +42,7 @@ from creditaudit.protocol.seeds import SeedStreams
 from creditaudit.stats import resolution_bound
 from creditaudit.replay.env import Environment, Task
 from creditaudit.replay.policy import PromptBuilder, Turn
-from creditaudit.replay.rollout import Rollout, TransitionCache, advance
+from creditaudit.replay.rollout import Rollout, TransitionCache, advance, candidate_kwargs
 
 __all__ = [
     "ReplaySettings",
@@ -198,7 +198,8 @@ def _draw_alternatives(plans: list[_TurnPlan], *, policy: Any, builder: PromptBu
                 seeds.append(streams.seed_int(f"replay/{traj}/{plan.turn}/draw/{j}"))
                 owners.append((plan, j))
         samples = policy.sample(prompts, seeds=seeds, temperature=settings.alt_temperature,
-                                max_action_tokens=settings.max_action_tokens)
+                                max_action_tokens=settings.max_action_tokens,
+                                **candidate_kwargs(policy, [plan.admissible for plan, _ in owners]))
         for (plan, j), sample in zip(owners, samples):
             if len(plan.alternatives) >= settings.n_alternatives:
                 continue  # draws past the K-th are discarded, so batching never changes the result

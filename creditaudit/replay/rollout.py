@@ -22,7 +22,13 @@ from creditaudit.protocol.canonical import sha256_bytes
 from creditaudit.replay.env import Environment
 from creditaudit.replay.policy import ActionPolicy, PromptBuilder, Turn
 
-__all__ = ["TurnRecord", "Rollout", "TransitionCache", "start_rollout", "advance"]
+__all__ = ["TurnRecord", "Rollout", "TransitionCache", "start_rollout", "advance", "candidate_kwargs"]
+
+
+def candidate_kwargs(policy: Any, admissible: list[tuple[str, ...]]) -> dict[str, Any]:
+    """``{"candidates": ...}`` for a policy that draws among admissible commands, else ``{}``
+    (free-decoding policies and reference policies take no candidates)."""
+    return {"candidates": admissible} if getattr(policy, "decoding", "free") == "admissible" else {}
 
 
 @dataclass(frozen=True)
@@ -146,7 +152,8 @@ def advance(
         prompts = [builder.build(r.goal, r.observation, r.admissible, r.history) for r in to_sample]
         samples = (
             policy.sample(prompts, seeds=[seed_for(r) for r in to_sample], temperature=temperature,
-                          max_action_tokens=max_action_tokens)
+                          max_action_tokens=max_action_tokens,
+                          **candidate_kwargs(policy, [r.admissible for r in to_sample]))
             if to_sample else []
         )
         by_key = {r.key: (p, s) for r, p, s in zip(to_sample, prompts, samples)}

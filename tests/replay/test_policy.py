@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
+
 import pytest
 import torch
 
@@ -342,3 +344,63 @@ def test_tokenizer_without_end_of_sequence_token_is_an_input_error(tmp_path, pol
     tok.save_pretrained(tmp_path)
     with pytest.raises(InputError, match=f"{tmp_path}.*no end-of-sequence token.*eos_token"):
         load_policy(tmp_path)
+
+
+# ------------------------------------------------------------------------ admissible decoding
+
+
+@pytest.fixture(scope="module")
+def ranking_policy(policy):
+    return HFPolicy(policy.model, policy.tokenizer, history_length=2, max_action_tokens=6, decoding="admissible")
+
+
+def _sequence_logprobs(policy, prompt, candidates):
+    scores = policy.score([prompt] * len(candidates), list(candidates), include_stop=True)
+    return np.array([s.sum_logprob + s.stop_logprob for s in scores])
+
+
+def test_admissible_decoding_draws_only_candidates_with_their_own_logprobs(ranking_policy):
+    prompts = _prompts(ranking_policy, 4)
+    candidates = [ADMISSIBLE[: 2 + i % 3] for i in range(4)]
+    samples = ranking_policy.sample(prompts, seeds=[11, 12, 13, 14], temperature=0.7, candidates=candidates)
+    for prompt, cands, sample in zip(prompts, candidates, samples):
+        assert sample.text in cands and sample.stop_reason == "candidate"
+        own = ranking_policy.score([prompt], [sample.text], include_stop=True)[0]
+        assert sample.token_logprobs == pytest.approx(own.token_logprobs, abs=1e-6)
+
+
+def test_admissible_decoding_at_zero_temperature_is_the_most_probable_command(ranking_policy):
+    prompt = _prompts(ranking_policy, 1)[0]
+    best = ADMISSIBLE[int(np.argmax(_sequence_logprobs(ranking_policy, prompt, ADMISSIBLE)))]
+    for seed in (1, 2, 3):
+        assert ranking_policy.sample([prompt], seeds=[seed], temperature=0, candidates=[ADMISSIBLE])[0].text == best
+
+
+def test_admissible_decoding_follows_the_tempered_softmax(ranking_policy):
+    # Gumbel-max over s_c / T draws command c with probability softmax(s / T)_c.
+    prompt = _prompts(ranking_policy, 1)[0]
+    temperature = 2.0
+    logits = _sequence_logprobs(ranking_policy, prompt, ADMISSIBLE) / temperature
+    expected = np.exp(logits - logits.max())
+    expected /= expected.sum()
+    n = 4000
+    draws = ranking_policy.sample([prompt] * n, seeds=list(range(n)), temperature=temperature,
+                                  candidates=[ADMISSIBLE] * n)
+    counts = np.array([sum(d.text == c for d in draws) for c in ADMISSIBLE])
+    from scipy.stats import chisquare
+
+    assert chisquare(counts, expected * n).pvalue > 1e-3
+
+
+def test_free_decoding_ignores_candidates(policy):
+    prompts = _prompts(policy, 3)
+    a = policy.sample(prompts, seeds=[1, 2, 3], temperature=0.7)
+    b = policy.sample(prompts, seeds=[1, 2, 3], temperature=0.7, candidates=[["x"], ["y"], ["z"]])
+    assert [s.text for s in a] == [s.text for s in b]
+
+
+def test_bad_decoding_and_empty_candidates_are_refused(policy, ranking_policy):
+    with pytest.raises(ValueError, match="`decoding` must be one of"):
+        HFPolicy(policy.model, policy.tokenizer, decoding="beam")
+    with pytest.raises(ValueError, match=r"`candidates\[0\]` is empty"):
+        ranking_policy.sample(_prompts(ranking_policy, 1), seeds=[1], temperature=1.0, candidates=[[]])
