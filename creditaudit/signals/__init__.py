@@ -3,7 +3,9 @@
 Families are registered factories (``registry("signal")``) whose arguments are the protocol's
 constants: ``implicit`` (HCAPO rho_t, :mod:`~creditaudit.signals.implicit`), ``judge`` (TARL,
 :mod:`~creditaudit.signals.judge`), ``confidence`` (:mod:`~creditaudit.signals.confidence`),
-``grpo``/``rloo`` (:mod:`~creditaudit.signals.advantages`). Controls are in
+``grpo``/``rloo`` (:mod:`~creditaudit.signals.advantages`), ``prover`` (ProVer,
+:mod:`~creditaudit.signals.prover`), ``vict`` (VICT on ALFWorld, :mod:`~creditaudit.signals.vict` over
+the instrumentation in :mod:`~creditaudit.signals.vict_atoms`). Controls are in
 :mod:`~creditaudit.signals.controls`, the confidence router in :mod:`~creditaudit.signals.router`,
 and the stage (``creditaudit signals``) in :mod:`~creditaudit.signals.stage`.
 """
@@ -21,6 +23,15 @@ from creditaudit.signals.base import (
     trajectories_from_table,
 )
 from creditaudit.signals.confidence import geometric_mean_probability
+from creditaudit.signals.prover import (
+    ProverFamily,
+    candidate_segments,
+    is_eligible,
+    proposer_table,
+    segment_estimate,
+)
+from creditaudit.signals.vict import VictFamily, exhaustive_core, greedy_core, robust_normalise, vict_group
+from creditaudit.signals.vict_atoms import instrument as vict_instrument
 from creditaudit.signals.controls import changed_share, inverted_control, null_control, shuffle_control, shuffle_values
 from creditaudit.signals.implicit import (
     HCAPOAdvantage,
@@ -90,6 +101,19 @@ __all__ = [
     "grpo_advantages",
     "rloo_advantages",
     "zscore",
+    # ProVer
+    "ProverFamily",
+    "candidate_segments",
+    "is_eligible",
+    "proposer_table",
+    "segment_estimate",
+    # VICT
+    "VictFamily",
+    "vict_group",
+    "greedy_core",
+    "exhaustive_core",
+    "robust_normalise",
+    "vict_instrument",
     # controls and router
     "null_control",
     "shuffle_control",

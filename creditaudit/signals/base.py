@@ -256,7 +256,7 @@ def family_factory_kwargs(spec: Any) -> dict[str, Any]:
 
 def implemented_families() -> list[str]:
     """Family names with a registered factory (importing the family modules registers them)."""
-    from creditaudit.signals import advantages, confidence, implicit, judge  # noqa: F401  (registration)
+    from creditaudit.signals import advantages, confidence, implicit, judge, prover, vict  # noqa: F401  (registration)
 
     return registry("signal").names()
 
@@ -267,8 +267,8 @@ def make_family(spec: Any, *, source: str = "protocol") -> CreditFamily:
     Raises
     ------
     InputError
-        When no factory is registered for the section's family (e.g. ``prover``, ``vict`` before
-        they are implemented): credit is never stubbed.
+        When no factory is registered for the section's family (a family whose module is not
+        installed): credit is never stubbed.
     """
     names = implemented_families()
     if spec.family not in names:

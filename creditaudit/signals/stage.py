@@ -173,8 +173,13 @@ def run_signals(
         turns, _ = read_replay(frozen)
         replay_turns = turns.select(["trajectory_id", "turn", "status", "pivotal"]).to_pandas()
         inputs += [run_dir / REPLAY_TURNS, run_dir / REPLAY_SUMMARY]
-    needs_policy = any(s.family == "implicit" or (s.family == "judge" and s.backend == "local" and s.model == "policy")
+    needs_policy = any(s.family in ("implicit", "prover")
+                       or (s.family == "judge" and s.backend == "local" and s.model == "policy")
                        for s in protocol.signals)
+    if any(s.family in ("prover", "vict") for s in protocol.signals):  # they replay: task list and games are inputs
+        from creditaudit.signals.prover import replay_inputs
+
+        inputs += [p for p in replay_inputs(run_dir, protocol) if p not in inputs]
     if needs_policy:
         inputs += _policy_files_in_run(frozen)
     inputs += _judge_model_files_in_run(frozen)
