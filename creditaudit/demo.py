@@ -21,11 +21,11 @@ __all__ = ["DEMO_OVERRIDES", "demo_command", "demo_protocol_text", "run_demo"]
 
 #: How the demo departs from the paper-size default template, to fit ~10 minutes on 2 cores.
 DEMO_OVERRIDES: dict[str, Any] = {
-    "environment": {"generator": {"games_per_type": 1}, "horizon": 20},
+    "environment": {"generator": {"games_per_type": 1}, "horizon": 10},
     # The tiny default policy draws among the admissible commands (it cannot yet reliably copy
     # object names in free generation; see README).
     "policy": {"decoding": "admissible"},
-    "collection": {"n_tasks": 4, "group_size": 2},
+    "collection": {"n_tasks": 2, "group_size": 2},
     "statistics": {"bootstrap_iterations": 2000},
     # The families this version computes (ProVer and VICT arrive with their own stage).
     "signals": [
