@@ -45,6 +45,7 @@ def main() -> None:
     from creditaudit.replay.compute import stored_numerics
     from creditaudit.replay.policy import Turn
     from creditaudit.replay.replay import ReplaySettings, replay_trajectory
+    from creditaudit.replay.rollout import candidate_kwargs
     from creditaudit.replay.tasks import make_environment, read_tasks, task_for
 
     frozen = require_frozen(args.run / "protocol.yaml")
@@ -102,7 +103,8 @@ def main() -> None:
                 prompt = policy.prompt_builder.build(obs.goal, text, admissible, history)
                 seed = streams.seed_int(f"{row.seed_stream}/{k + 1}")
                 action = policy.sample([prompt], seeds=[seed], temperature=settings.rollout_temperature,
-                                       max_action_tokens=settings.max_action_tokens)[0].text
+                                       max_action_tokens=settings.max_action_tokens,
+                                       **candidate_kwargs(policy, [tuple(admissible)]))[0].text
                 result = naive_env.step(action)
                 history.append(Turn(text, action))
                 text, admissible = result.text, result.admissible
