@@ -170,6 +170,9 @@ def _markdown(doc: AuditDocument, result: AuditResult, protocol: Any) -> str:
         if echo.get("estimate") is not None:
             lines.append(f"Median within-trajectory Spearman(implicit credit, fluency) {echo['estimate']:+.3f} "
                          f"[{echo['ci'][0]:+.3f}, {echo['ci'][1]:+.3f}] (paper: +0.752).")
+        else:
+            lines.append(f"Undefined on this data ({f['n_turns']} included turns with fluency): inconclusive, "
+                         "not measured.")
         if f.get("regression"):
             r = f["regression"]
             lines.append(f"Joint regression (standardised): fluency {r['beta_fluency']:+.3f}, causal increment "
