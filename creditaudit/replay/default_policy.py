@@ -2,27 +2,34 @@
 
 The toolkit must run an audit end to end on a machine without a GPU and without any download,
 so it ships the recipe for a policy, not the policy: a word-level tokenizer built over the
-ALFWorld vocabulary and a tiny ``Qwen2ForCausalLM`` trained on noisy expert walkthroughs of
-generated games. The result is an ordinary Hugging Face model directory (``save_pretrained``)
-that :func:`creditaudit.replay.policy.load_policy` loads like any other model.
+ALFWorld vocabulary and a tiny ``Qwen2ForCausalLM`` trained on noisy demonstrations of an
+observation-only searching expert on generated games. The result is an ordinary Hugging Face
+model directory (``save_pretrained``) that :func:`creditaudit.replay.policy.load_policy` loads
+like any other model.
 
-The build is reproducible from its seed: every random choice (game order, injected mistakes,
-weight initialisation, data order) comes from a named stream of the build seed, training runs
-with deterministic algorithms at a fixed thread count, and the same seed gives byte-identical
-weight files.
+The build is reproducible from its seed: every random choice (game order, the expert's search
+draws, injected mistakes, weight initialisation, data order) comes from a named stream of the
+build seed, training runs with deterministic algorithms at a fixed thread count, and the same
+seed gives byte-identical weight files.
 
-Mistakes and targets
---------------------
-Before each walkthrough step, with probability ``noise_rate`` (at most twice in a row), a mistake
-is injected that does not make the task impossible: half of the time an inadmissible variant of
-the expert's command (its last instance number changed; the engine answers "Nothing happens."
-and nothing changes), otherwise a wrong admissible ``go to``, ``examine`` or ``open``. The expert
-then continues from the state the mistake produced (going back first if the mistake moved the
-agent away). Mistaken actions appear in later prompts' history but are never training targets
-(their loss is masked): the policy learns to recover from states off the expert path
-(DART-style noise injection), including the "Nothing happens." its own rollouts produce, without
-learning to imitate deliberate errors at an injected rate. Its failures then come from what it
-cannot know or represent (where an object lies, a two-turn memory, a tiny network).
+The demonstrator
+----------------
+A planner's walkthrough knows where every object lies; a policy that reads only the game's text
+cannot, and cloning such walkthroughs taught the first version of this policy to guess (0 of 24
+held-out games won). The demonstrator is instead :func:`creditaudit.replay.searcher.expert_action`,
+which decides from exactly what a prompt shows (goal, observation, admissible commands, two turns
+of history) and searches for objects by drawing receptacles that can hold them. Its search draws
+are where the policy's own randomness, and so its failures, come from.
+
+Mistakes
+--------
+At each step, with probability ``noise_rate`` (at most twice in a row), a mistake is injected
+that does not make the task impossible: half of the time an inadmissible variant of the expert's
+command (the engine answers "Nothing happens." and nothing changes), otherwise a wrong admissible
+``go to``, ``examine`` or ``open``. The expert then acts from the state the mistake produced.
+Mistaken actions appear in later prompts' history but are never training targets (their loss is
+masked): the policy learns to recover from states off the expert path (DART-style noise
+injection) without learning to imitate deliberate errors.
 
 Loss
 ----
@@ -243,22 +250,19 @@ class DemonstrationReport:
     Attributes
     ----------
     examples : tuple of BCExample
-        Every step taken, in game order; mistakes have ``target=False``.
+        Every step taken, in play order; mistakes have ``target=False``.
     mistakes : int
         Injected mistakes.
-    recoveries : int
-        ``go to`` steps inserted to return after a mistaken move (training targets).
-    games_truncated : int
-        Games whose expert could not continue after a mistake (their demonstration stops there).
-    games_not_won : int
-        Games whose noisy demonstration did not end in a win.
+    episodes : int
+        Demonstration episodes played (games x passes).
+    episodes_won : int
+        Episodes that ended in a win before the horizon.
     """
 
     examples: tuple[BCExample, ...]
     mistakes: int
-    recoveries: int
-    games_truncated: int
-    games_not_won: int
+    episodes: int
+    episodes_won: int
 
 
 def _garbled(expert: str, admissible: Sequence[str]) -> str | None:
@@ -275,116 +279,87 @@ def _garbled(expert: str, admissible: Sequence[str]) -> str | None:
     return None
 
 
-def _mistake_candidates(admissible: Sequence[str], expert: str, here: str | None) -> list[str]:
-    out = []
-    for a in admissible:
-        if a == expert or not a.startswith(_SAFE_MISTAKES):
-            continue
-        if here is not None and a == f"go to {here}":
-            continue  # not a move at all
-        out.append(a)
-    return out
+def _mistake_candidates(admissible: Sequence[str], expert: str) -> list[str]:
+    return [a for a in admissible if a != expert and a.startswith(_SAFE_MISTAKES)]
 
 
 def noisy_demonstrations(
     tasks: Sequence[Any],
-    walkthroughs: Sequence[Sequence[str]],
     env: Any,
     *,
     noise_rate: float,
     history_length: int,
     rng_for: Callable[[int], Any],
+    passes: int = 1,
+    expert: Callable[..., str] | None = None,
     inadmissible_share: float = 0.5,
 ) -> DemonstrationReport:
-    """Play each expert walkthrough on ``env`` with injected mistakes and record the prompts.
+    """Play the searching expert on every task with injected mistakes and record the prompts.
 
     Parameters
     ----------
     tasks : sequence of Task
         The games (``env.reset(task)``).
-    walkthroughs : sequence of sequence of str
-        The expert command list of each game.
     env : Environment
-        An environment instance (reset per game).
+        An environment instance (reset per episode; its horizon ends an episode).
     noise_rate : float
-        Probability, at each expert step, of first taking a plausible wrong admissible action
-        (``go to`` / ``examine`` / ``open`` something else); at most two in a row.
+        Probability, at each step, of first taking a plausible wrong action (at most two in a
+        row): half of the time an inadmissible variant of the expert's command (its last instance
+        number changed; the engine answers "Nothing happens." and nothing changes), otherwise a
+        wrong admissible ``go to``, ``examine`` or ``open``.
     history_length : int
         Turns of history in the prompts (the policy's ``history_length``).
     rng_for : callable
-        ``rng_for(game_index)`` returns the ``numpy.random.Generator`` of that game's mistakes.
+        ``rng_for(episode)`` returns the ``numpy.random.Generator`` of that episode (its mistakes
+        and the expert's search draws); episode ``k`` is pass ``k // len(tasks)`` of task
+        ``k % len(tasks)``.
+    passes : int, default 1
+        Episodes per task (each with its own draws: the search goes elsewhere, the mistakes
+        fall elsewhere).
+    expert : callable, optional
+        ``expert(goal, observation, admissible, history, rng) -> action``; the observation-only
+        searcher :func:`creditaudit.replay.searcher.expert_action` by default.
 
     Notes
     -----
-    After a mistaken ``go to`` the expert goes back (``go to`` the last place it went to) unless
-    its next step is itself a ``go to``; an expert ``open`` of something a mistake already opened
-    is skipped. Any other expert step that has become inadmissible truncates that game's
-    demonstration (counted).
+    The expert labels every state the episode reaches, including those a mistake led to, so the
+    policy learns to act from states off the expert's own path (DART-style noise injection),
+    including the "Nothing happens." its own rollouts produce. Mistaken actions appear in later
+    prompts' history but are never training targets.
     """
+    if expert is None:
+        from creditaudit.replay.searcher import expert_action as expert
     builder = PromptBuilder(None, history_length=history_length)
     examples: list[BCExample] = []
-    mistakes = recoveries = truncated = not_won = 0
-    for gi, (task, walkthrough) in enumerate(zip(tasks, walkthroughs)):
-        rng = rng_for(gi)
+    mistakes = won_count = episodes = 0
+    for k in range(len(tasks) * int(passes)):
+        task = tasks[k % len(tasks)]
+        rng = rng_for(k)
         obs = env.reset(task)
         goal, text, admissible = obs.goal, obs.text, tuple(obs.admissible)
         history: list[tuple[str, str]] = []
-        here: str | None = None
-        won = False
-
-        def act(action: str, target: bool) -> bool:
-            nonlocal text, admissible, here, won
+        episodes += 1
+        in_a_row = 0
+        while True:
+            label = expert(goal, text, admissible, history, rng)
+            action, target = label, True
+            if in_a_row < _MAX_CONSECUTIVE_MISTAKES and rng.random() < noise_rate:
+                candidates = _mistake_candidates(admissible, label)
+                garbled = _garbled(label, admissible)
+                if garbled is not None and (not candidates or rng.random() < inadmissible_share):
+                    action, target = garbled, False
+                elif candidates:
+                    action, target = candidates[int(rng.integers(len(candidates)))], False
+            in_a_row = 0 if target else in_a_row + 1
+            mistakes += not target
             examples.append(BCExample(builder.build(goal, text, admissible, history), action, target))
-            valid = action in admissible
             result = env.step(action)
             history.append((text, action))
             text, admissible = result.text, tuple(result.admissible)
-            if valid and action.startswith("go to "):
-                here = action[len("go to ") :]
-            won = bool(result.won)
-            return bool(result.done)
-
-        done = False
-        for expert in walkthrough:
-            if done:
+            if result.done:
+                won_count += bool(result.won)
                 break
-            in_a_row = 0
-            while in_a_row < _MAX_CONSECUTIVE_MISTAKES and rng.random() < noise_rate:
-                candidates = _mistake_candidates(admissible, expert, here)
-                garbled = _garbled(expert, admissible)
-                # Half of the mistakes are inadmissible commands ("Nothing happens."): rollouts of
-                # the policy meet that observation, so the demonstrations must show recovery from it.
-                if garbled is not None and (not candidates or rng.random() < inadmissible_share):
-                    wrong = garbled
-                elif candidates:
-                    wrong = candidates[int(rng.integers(len(candidates)))]
-                else:
-                    break
-                before = here
-                mistakes += 1
-                in_a_row += 1
-                done = act(wrong, False)
-                if done:
-                    break
-                if (wrong in candidates and wrong.startswith("go to ") and not expert.startswith("go to ")
-                        and before is not None):
-                    recoveries += 1
-                    done = act(f"go to {before}", True)
-                    if done:
-                        break
-            if done:
-                break
-            if expert not in admissible:
-                if expert.startswith("open "):
-                    continue  # a mistake already opened it
-                if expert.startswith("go to ") and here is not None and expert == f"go to {here}":
-                    continue
-                truncated += 1
-                break
-            done = act(expert, True)
-        if not won:
-            not_won += 1
-    return DemonstrationReport(tuple(examples), mistakes, recoveries, truncated, not_won)
+    return DemonstrationReport(tuple(examples), mistakes, episodes, won_count)
 
 
 # ------------------------------------------------------------------------- training
@@ -691,7 +666,7 @@ def evaluate_policy(
 
 # ------------------------------------------------------------------------- the build
 
-BUILD_FORMAT_VERSION = 1
+BUILD_FORMAT_VERSION = 2
 """Version of the build recipe; bumped whenever the same seed would give different weights."""
 BUILD_RECORD = "creditaudit_policy.json"
 """Build record written beside the model (not part of the policy's identity hashes)."""
@@ -705,7 +680,10 @@ machine two threads measured 0.4 s -> 3 s per training step when the other core 
 CONTEXT_LOSS_WEIGHT = 0.0
 """Weight of the auxiliary next-token loss on prompt tokens (see :func:`train_behaviour_cloning`)."""
 
-_BUILD_FIELDS = ("seed", "hidden_size", "num_layers", "num_heads", "train_games", "noise_rate", "epochs", "learning_rate")
+_BUILD_FIELDS = ("seed", "hidden_size", "num_layers", "num_heads", "train_games", "passes", "noise_rate", "epochs",
+                 "learning_rate")
+DEMO_HORIZON = 30
+"""Steps a demonstration episode may take (the protocol's default horizon)."""
 
 
 def _task_of(game: Any) -> Any:
@@ -809,7 +787,8 @@ def build_default_policy(
         ``seed, hidden_size, num_layers, num_heads, train_games, noise_rate, epochs,
         learning_rate`` (the protocol's ``policy.build``; its defaults when ``None``).
     train_games : sequence of GeneratedGame, optional
-        Games whose walkthroughs are cloned; generated from the build seed when ``None``
+        Games the expert is demonstrated on (``build.passes`` episodes each); generated from the
+        build seed when ``None``
         (``build.train_games`` of them, under ``games_dir``).
     held_out_games : sequence of GeneratedGame, optional
         Games the built policy is measured on; ``n_held_out`` are generated from the build seed's
@@ -846,7 +825,7 @@ def build_default_policy(
     Notes
     -----
     Streams of the build (root ``creditaudit-policy-build-v1:<seed>``): ``policy/train-games``,
-    ``policy/held-out-games``, ``policy/noise/<game>``, ``policy/init``, ``policy/order``; the
+    ``policy/held-out-games``, ``policy/demo/<episode>``, ``policy/init``, ``policy/order``; the
     evaluation samples with ``policy-eval:<seed>`` streams. Same seed, same games, same thread
     count and same torch build give byte-identical weight files.
     """
@@ -874,7 +853,7 @@ def build_default_policy(
     try:
         with _Deterministic(threads):
             t0 = time.perf_counter()
-            env = env_factory(1000)
+            env = env_factory(DEMO_HORIZON)
             try:
                 if train_games is None:
                     train_games = generate_build_games(games_dir, int(args["train_games"]), seed=seed,
@@ -887,11 +866,11 @@ def build_default_policy(
                 t0 = time.perf_counter()
                 demos = noisy_demonstrations(
                     [_task_of(g) for g in train_games],
-                    [list(g.walkthrough) for g in train_games],
                     env,
                     noise_rate=float(args["noise_rate"]),
                     history_length=history_length,
-                    rng_for=lambda i: seed_streams.rng(root, f"policy/noise/{i}"),
+                    passes=int(args["passes"]),
+                    rng_for=lambda i: seed_streams.rng(root, f"policy/demo/{i}"),
                 )
             finally:
                 env.close()
@@ -927,9 +906,8 @@ def build_default_policy(
                 "examples": len(demos.examples),
                 "targets": sum(ex.target for ex in demos.examples),
                 "mistakes": demos.mistakes,
-                "recoveries": demos.recoveries,
-                "games_truncated": demos.games_truncated,
-                "games_not_won": demos.games_not_won,
+                "episodes": demos.episodes,
+                "episodes_won": demos.episodes_won,
             },
             "training": training,
             "threads": threads,

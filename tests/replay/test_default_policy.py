@@ -56,7 +56,11 @@ class TinyHouse:
         return Observation(self.goal, text, self.admissible_actions())
 
     def admissible_actions(self):
-        out = [f"go to {x}" for x in self.places]
+        # As the real engine: every place but the current one is a ``go to``; ``examine`` names
+        # the current place and the object in hand.
+        out = [f"go to {x}" for x in self.places if x != self.here]
+        if self.holding:
+            out.append(f"examine {self.obj}")
         if self.here is not None:
             out.append(f"examine {self.here}")
             if self.here.startswith("drawer") and self.here not in self.opened:
@@ -146,28 +150,38 @@ def test_rename_entities_is_consistent():
 # ----------------------------------------------------------------------------- demonstrations
 
 
-def test_demonstrations_without_noise_follow_the_walkthrough():
-    games = tiny_games(3)
-    rep = noisy_demonstrations([g.task for g in games], [g.walkthrough for g in games], TinyHouse(100),
-                               noise_rate=0.0, history_length=2, rng_for=lambda i: np.random.default_rng(i))
-    assert [e.action for e in rep.examples] == [a for g in games for a in g.walkthrough]
-    assert all(e.target for e in rep.examples) and rep.mistakes == 0 and rep.games_not_won == 0
+def _play(games, noise_rate, seed, passes=1):
+    return noisy_demonstrations([g.task for g in games], TinyHouse(30), noise_rate=noise_rate, history_length=2,
+                                passes=passes, rng_for=lambda i: np.random.default_rng(seed + i))
+
+
+def test_demonstrations_without_noise_are_the_expert_and_win():
+    games = tiny_games(4)
+    rep = _play(games, 0.0, 0)
+    assert all(e.target for e in rep.examples) and rep.mistakes == 0
+    assert rep.episodes == 4 and rep.episodes_won == 4
     assert rep.examples[0].prompt.endswith("action:") and "task: put some mug on shelf." in rep.examples[0].prompt
+    # every expert action is admissible where it was taken, and every episode ends with the move
+    for e in rep.examples:
+        admissible = e.prompt.split("admissible actions: ")[1].split("\n")[0].split(" | ")
+        assert e.action in admissible
+    assert sum(e.action.startswith("move ") for e in rep.examples) == 4
+    again = _play(games, 0.0, 0)
+    assert again.examples == rep.examples  # the expert's draws come from the given generators
 
 
-def test_noisy_demonstrations_recover_and_mask_mistakes():
+def test_noisy_demonstrations_mask_mistakes_and_passes_repeat_games():
     games = tiny_games(6)
-    rep = noisy_demonstrations([g.task for g in games], [g.walkthrough for g in games], TinyHouse(100),
-                               noise_rate=0.6, history_length=2, rng_for=lambda i: np.random.default_rng(100 + i))
+    rep = _play(games, 0.6, 100, passes=2)
     mistakes = [e for e in rep.examples if not e.target]
-    assert rep.mistakes == len(mistakes) > 0 and rep.recoveries > 0
+    assert rep.mistakes == len(mistakes) > 0 and rep.episodes == 12
     for e in mistakes:  # a wrong move/look/open, or an inadmissible variant of the expert's command
         admissible = e.prompt.split("admissible actions: ")[1].split("\n")[0].split(" | ")
         assert (e.action in admissible and e.action.startswith(("go to ", "examine ", "open "))) or (
             e.action not in admissible)
     assert any(e.action not in e.prompt for e in mistakes) and any(e.action in e.prompt for e in mistakes)
-    assert rep.games_not_won == 0 and rep.games_truncated == 0  # mistakes never make a game impossible
-    assert len(rep.examples) > sum(len(g.walkthrough) for g in games)
+    # mistakes never make a game impossible: the expert recovers within the horizon
+    assert rep.episodes_won >= 10
 
 
 # ----------------------------------------------------------------------------- training
@@ -178,9 +192,7 @@ def _tiny_model(tok, seed=5):
 
 
 def _demos():
-    games = tiny_games(8)
-    return noisy_demonstrations([g.task for g in games], [g.walkthrough for g in games], TinyHouse(100),
-                                noise_rate=0.3, history_length=2, rng_for=lambda i: np.random.default_rng(i))
+    return _play(tiny_games(8), 0.3, 0)
 
 
 def test_training_lowers_the_loss_and_is_reproducible():
@@ -223,7 +235,7 @@ def _weights_hash(path):
 
 
 def test_build_on_a_tiny_game_is_reproducible_and_loads_generically(tmp_path):
-    build = {"seed": 7, "hidden_size": 16, "num_layers": 1, "num_heads": 2, "train_games": 6,
+    build = {"seed": 7, "hidden_size": 16, "num_layers": 1, "num_heads": 2, "train_games": 6, "passes": 1,
              "noise_rate": 0.25, "epochs": 2, "learning_rate": 3e-3}
     results = []
     for name in ("a", "b"):
@@ -246,7 +258,7 @@ def test_build_on_a_tiny_game_is_reproducible_and_loads_generically(tmp_path):
 @pytest.mark.slow
 def test_build_on_generated_alfworld_games_is_reproducible(tmp_path):
     pytest.importorskip("textworld")
-    build = {"seed": 11, "hidden_size": 16, "num_layers": 1, "num_heads": 2, "train_games": 6,
+    build = {"seed": 11, "hidden_size": 16, "num_layers": 1, "num_heads": 2, "train_games": 6, "passes": 1,
              "noise_rate": 0.25, "epochs": 1, "learning_rate": 3e-3}
     games = tmp_path / "games"
     a = build_default_policy(tmp_path / "a", build, games_dir=games, evaluate=False)
