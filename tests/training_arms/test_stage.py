@@ -1,0 +1,174 @@
+"""``creditaudit arms`` end to end on the planted environment: determinism, dose, resume, bad input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from creditaudit.errors import CheckFailed, InputError
+from creditaudit.training_arms.rules import ARM_NAMES
+from creditaudit.training_arms.stage import run_arms
+
+pytestmark = pytest.mark.slow
+
+
+def test_the_stage_writes_stamped_artifacts_figures_and_a_link(trained_run):
+    import pyarrow.parquet as pq
+
+    run, _, doc = trained_run
+    out = run / "arms"
+    for name in ("analysis.json", "summary.md", "training.parquet", "evaluation.parquet", "probe_distributions.parquet",
+                 "probes.parquet", "tasks.json", "figures/success.png", "figures/js_heatmap.png", "figures/dose.png"):
+        assert (out / name).is_file(), name
+    for name in ("training.parquet", "evaluation.parquet", "probe_distributions.parquet"):
+        assert set(pq.read_table(out / name).column("protocol_id").to_pylist()) == {doc.protocol_id}
+    analysis = json.loads((out / "analysis.json").read_text())
+    assert analysis["protocol_id"] == doc.protocol_id
+    assert str(run) not in (out / "analysis.json").read_text()  # no machine path
+    assert [c["id"] for c in analysis["analysis"]["comparisons"]] == ["C1", "C2", "C3", "C4", "C5", "C6"]
+    assert all(c["reading"] in {"equivalent", "different", "inconclusive"} for c in analysis["analysis"]["comparisons"])
+    assert len(analysis["analysis"]["stages"]) == 2
+    links = sorted((run / "links").glob("*-arms.link.json"))
+    assert links
+    from creditaudit.protocol.links import read_link
+
+    record = read_link(links[-1])
+    assert record.signature_ok
+    names = {p["name"] for p in record.products}
+    assert "arms/analysis.json" in names and "arms/checkpoints/seed-1/round-2/judge/adapter_model.safetensors" in names
+    assert "signals/credit.parquet" in {m["name"] for m in record.materials}
+
+
+def test_the_dose_counter_equals_the_optimizer_steps_actually_taken(trained_run):
+    import pyarrow.parquet as pq
+    from safetensors.torch import load_file
+
+    run, _, doc = trained_run
+    training = pq.read_table(run / "arms" / "training.parquet").to_pandas()
+    for (arm, seed), rows in training.groupby(["arm", "seed"]):
+        rows = rows.sort_values("round")
+        assert rows["steps"].cumsum().tolist() == rows["steps_total"].tolist()
+        assert (rows["steps"] == rows["target_steps"]).all() and (rows["steps"] == rows["natural_steps"]).all()
+        assert (rows["natural_steps"] == np.ceil(rows["kept"] / 4).astype(int)).all()
+        # AdamW's own per-parameter step count is the number of optimizer steps really taken
+        state = load_file(str(run / "arms" / "checkpoints" / f"seed-{seed}" / "round-2" / arm / "optimizer.safetensors"))
+        steps = {float(v) for k, v in state.items() if k.endswith("::step")}
+        assert steps <= {float(rows["steps_total"].iloc[-1])}
+        assert bool(steps) == (rows["steps_total"].iloc[-1] > 0)
+    dose = doc.analysis["dose"]
+    assert dose["outcome_only"]["mean_steps_per_round"] >= dose["pivotal_masked"]["mean_steps_per_round"]
+
+
+def test_common_random_numbers_make_untrained_arms_identical(trained_run):
+    import pyarrow.parquet as pq
+
+    run, _, _ = trained_run
+    training = pq.read_table(run / "arms" / "training.parquet").to_pandas()
+    first = training[training["round"] == 1]
+    for seed, rows in first.groupby("seed"):
+        assert rows["turns"].nunique() == 1 and rows["train_success"].nunique() == 1  # same rollouts in every arm
+
+
+def test_same_seed_twice_gives_identical_checkpoints_and_metrics(trained_run, credited_run, tmp_path, run_copier,
+                                                                 digests):
+    run, signer, doc = trained_run
+    again = run_copier(credited_run[0], tmp_path)
+    doc2 = run_arms(again / "protocol.yaml", signer)
+    assert doc2 == doc
+    assert digests(again) == digests(run)
+
+
+def test_an_interrupted_run_resumes_to_the_same_bytes(trained_run, tmp_path, run_copier, digests):
+    run, signer, _ = trained_run
+    expected = digests(run)
+    resumed = run_copier(run, tmp_path)
+    # interrupt: round 2 of some arms of seed 1 never finished, and the outputs were never written
+    for arm in ("implicit", "pivotal_masked", "judge"):
+        shutil.rmtree(resumed / "arms" / "checkpoints" / "seed-1" / "round-2" / arm)
+    for name in ("analysis.json", "training.parquet", "eval/implicit__s1.parquet"):
+        (resumed / "arms" / name).unlink()
+    run_arms(resumed / "protocol.yaml", signer)
+    assert digests(resumed) == expected
+
+
+def test_dose_matched_mode_equalises_optimizer_steps(credited_run, arms_run_factory, planted_policy_dir, tmp_path):
+    import pyarrow.parquet as pq
+
+    run, signer = arms_run_factory(tmp_path, planted_policy_dir,
+                                   arms={"arms": ["outcome_only", "implicit", "judge", "pivotal_masked"],
+                                         "dose_matched": True, "seeds": 1})
+    doc = run_arms(run / "protocol.yaml", signer)
+    training = pq.read_table(run / "arms" / "training.parquet").to_pandas()
+    for (seed, round_), rows in training.groupby(["seed", "round"]):
+        able = rows[rows["kept"] > 0]
+        assert able["steps"].nunique() == 1
+        assert able["steps"].iloc[0] == able["natural_steps"].min() > 0
+        plan = json.loads((run / "arms" / "checkpoints" / f"seed-{seed}" / f"round-{round_}" / "plan.json").read_text())
+        assert plan["unmatched"] == sorted(rows[rows["kept"] == 0]["arm"])  # the judge gave no credit: listed
+    assert (training["natural_steps"] > training["steps"]).any()  # some arm was held back
+    assert doc.settings["arms"]["dose_matched"] is True
+
+
+def test_a_missing_credit_table_is_refused_naming_the_arms(credited_run, tmp_path, run_copier):
+    run = run_copier(credited_run[0], tmp_path)
+    (run / "signals" / "credit.parquet").unlink()
+    with pytest.raises(InputError, match=r"arms .*implicit.*credit table is missing"):
+        run_arms(run / "protocol.yaml", credited_run[1])
+
+
+def test_an_arm_whose_family_the_protocol_lacks_is_refused(arms_run_factory, planted_policy_dir, tmp_path):
+    signals = [{"family": "implicit", "name": "implicit"}]
+    controls = [{"name": "random", "kind": "random", "null_control": True},
+                {"name": "uniform", "kind": "uniform", "null_control": True},
+                {"name": "shuffle-implicit", "kind": "shuffle", "of": "implicit"}]
+    run, signer = arms_run_factory(tmp_path, planted_policy_dir, signals=signals, controls=controls, signals_now=False)
+    with pytest.raises(InputError, match=r"judge, shuffled_judge, which train on judge credit"):
+        run_arms(run / "protocol.yaml", signer)
+
+
+def test_a_base_policy_that_differs_from_the_pins_is_refused(credited_run, tmp_path, run_copier):
+    run = run_copier(credited_run[0], tmp_path)
+    weights = run / "policy" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1] + b"\x00")
+    with pytest.raises(CheckFailed, match="model.safetensors"):
+        run_arms(run / "protocol.yaml", credited_run[1])
+
+
+def test_a_checkpoint_that_fails_to_load_is_refused_naming_it(trained_run, tmp_path, run_copier):
+    run, signer, _ = trained_run
+    broken = run_copier(run, tmp_path)
+    target = broken / "arms" / "checkpoints" / "seed-0" / "round-2" / "implicit" / "adapter_model.safetensors"
+    target.write_bytes(b"\x00" * 64)
+    with pytest.raises(InputError, match=r"seed-0/round-2/implicit/adapter_model.safetensors: the checkpoint fails to load"):
+        run_arms(broken / "protocol.yaml", signer)
+    # the finished checkpoints of the other arms are kept
+    assert (broken / "arms" / "checkpoints" / "seed-0" / "round-2" / "judge" / "state.json").is_file()
+
+
+def test_checkpoints_load_with_peft(trained_run):
+    from peft import PeftModel
+
+    from creditaudit.replay.policy import HFPolicy, load_policy
+    from creditaudit.training_arms.loop import sequence_logprobs
+
+    run, _, _ = trained_run
+    base = load_policy(run / "policy", history_length=0)
+    before = float(sequence_logprobs(base, ["action:"], ["open the red door"]).detach())
+    model = PeftModel.from_pretrained(base.model, run / "arms" / "checkpoints" / "seed-0" / "round-2" / "outcome_only")
+    tuned = HFPolicy(model.base_model.model, base.tokenizer, history_length=0)
+    assert float(sequence_logprobs(tuned, ["action:"], ["open the red door"]).detach()) != before
+    assert set(ARM_NAMES) == {p.name for p in (run / "arms" / "checkpoints" / "seed-0" / "round-1").iterdir() if p.is_dir()}
+
+
+def test_the_command_line_exits_2_naming_the_missing_credit(credited_run, tmp_path, run_copier, capsys):
+    from creditaudit.cli import main
+
+    run = run_copier(credited_run[0], tmp_path)
+    (run / "signals" / "credit.parquet").unlink()
+    with pytest.raises(SystemExit) as exc:
+        main(["arms", "--run", str(run), "--quiet"])
+    assert exc.value.code == 2
+    assert "credit table is missing" in capsys.readouterr().err
