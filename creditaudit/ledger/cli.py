@@ -1,0 +1,94 @@
+"""``creditaudit ledger regenerate / verify / check`` and ``creditaudit report``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+__all__ = ["ledger_app", "report_command"]
+
+ledger_app = typer.Typer(
+    name="ledger",
+    help="Number ledger: every reported number from a registered producer over raw artifacts; regenerate "
+         "byte-identically, verify, integrity checks.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+_RUN = typer.Option(Path("."), "--run", help="Run directory holding protocol.yaml (frozen), its lock and keys/.")
+
+
+@ledger_app.command("regenerate")
+def regenerate_command(
+    run: Path = _RUN,
+    ledger: Path | None = typer.Option(None, "--ledger", help="Where to write the ledger (default RUN/ledger/ledger.json, "
+                                       "attested by a link record; elsewhere it is written unattested)."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress display."),
+) -> None:
+    """Rebuild every entry from the raw artifacts in two fresh processes; write ledger/ledger.json only if both
+    are byte-identical (exit 1 otherwise, the previous ledger left in place)."""
+    from creditaudit.ledger.build import regenerate
+    from creditaudit.progress import progress_bars
+
+    with progress_bars(enabled=not quiet) as update:
+        result = regenerate(run, ledger_path=ledger, progress=update)
+    typer.echo(f"ledger: {result.n_entries} entries from {len(result.ledger.artifacts)} input files, computed twice "
+               f"in fresh processes: byte-identical (sha256 {result.sha256})")
+    typer.echo(f"wrote {result.path}" + (f"; attested in {result.link}" if result.link else ""))
+
+
+@ledger_app.command("verify")
+def verify_command(
+    run: Path = _RUN,
+    ledger: Path | None = typer.Option(None, "--ledger", help="The stored ledger to verify (default RUN/ledger/ledger.json)."),
+) -> None:
+    """Recompute every entry and compare with a stored ledger (prints the first differing entry with both values
+    and every entry whose inputs changed); walk the link-record chain. Exit 1 on any difference."""
+    from creditaudit.ledger.build import verify_ledger
+
+    result = verify_ledger(run, ledger_path=ledger)
+    typer.echo(result.render())
+    if not result.ok:
+        raise typer.Exit(1)
+
+
+def _check(run: Path, ledger: Path | None) -> None:
+    from creditaudit.ledger.integrity import check_integrity
+
+    report = check_integrity(run, ledger_path=ledger)
+    typer.echo(report.render())
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+@ledger_app.command("check")
+def check_command(
+    run: Path = _RUN,
+    ledger: Path | None = typer.Option(None, "--ledger", help="Ledger whose manifest is checked (default RUN/ledger/ledger.json)."),
+) -> None:
+    """Integrity checks on four questions: the intended file? written correctly? fully readable now? keeps the
+    evidence needed to act? Exit 1 when any fails."""
+    _check(run, ledger)
+
+
+@ledger_app.command("integrity", hidden=True)
+def integrity_command(
+    run: Path = _RUN,
+    ledger: Path | None = typer.Option(None, "--ledger", help="Ledger whose manifest is checked."),
+) -> None:
+    """Alias of ``ledger check``."""
+    _check(run, ledger)
+
+
+def report_command(
+    run: Path = _RUN,
+    ledger: Path | None = typer.Option(None, "--ledger", help="Ledger to report from (default RUN/ledger/ledger.json)."),
+) -> None:
+    """Write report/report.md and report/report.html: every number taken from the ledger by name, the protocol id,
+    verdicts with gate traces, deviations, and the router with its negative result."""
+    from creditaudit.ledger.report import write_report
+
+    result = write_report(run, ledger_path=ledger)
+    typer.echo(f"wrote {result.markdown} and {result.html} ({len(result.figures)} figures, "
+               f"{result.n_references} ledger references)")

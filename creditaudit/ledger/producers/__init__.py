@@ -1,0 +1,14 @@
+"""The registered ledger producers, one module per stage (importing this package registers them).
+
+- :mod:`.protocol`: the frozen protocol's settings, gate rules, decision order and deviations;
+- :mod:`.reference`: the audit paper's published figures the report sets beside this run's;
+- :mod:`.collect`: the collection (sizes, success, admissibility, determinism check);
+- :mod:`.replay`: replay counters and the measurability map;
+- :mod:`.signals`: abstentions, control strength, judge agreement and the confidence router;
+- :mod:`.audit`: fidelity statistics, Holm, verdicts with every gate's trace, fluency echo;
+- :mod:`.arms`: the training-arms experiment (only when the run has ``arms/``).
+"""
+
+from creditaudit.ledger.producers import arms, audit, collect, protocol, reference, replay, signals  # noqa: F401
+
+__all__: list[str] = []

@@ -1,0 +1,60 @@
+"""``creditaudit ledger regenerate / verify / check`` and ``report`` on the command line: exit codes 0 / 1 / 2."""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+import pytest
+
+from creditaudit.cli import main
+
+
+def _cli(args):
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    return exc.value.code
+
+
+def test_help(capsys):
+    for args in (["ledger", "--help"], ["ledger", "regenerate", "--help"], ["ledger", "verify", "--help"],
+                 ["ledger", "check", "--help"], ["report", "--help"]):
+        assert _cli(args) == 0, args
+    assert "byte-identical" in capsys.readouterr().out
+
+
+def test_verify_and_check_pass_on_a_good_run(ledgered_run, capsys):
+    run = ledgered_run[0]
+    assert _cli(["ledger", "verify", "--run", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "recompute identically from the raw artifacts" in out and "link-record chain: OK" in out
+    assert _cli(["ledger", "check", "--run", str(run)]) == 0
+    assert capsys.readouterr().out.count(" OK (") == 4
+
+
+def test_check_fails_with_the_question_that_failed(ledgered_run, copy_run, capsys):
+    run = copy_run(ledgered_run[0])
+    shard = run / "collect" / "shards" / "0000.parquet"
+    shard.write_bytes(b"\x00" * shard.stat().st_size)
+    assert _cli(["ledger", "check", "--run", str(run)]) == 1
+    out = capsys.readouterr().out
+    assert "2. Was each file written correctly? FAILED (1)" in out
+    assert "collect/shards/0000.parquet: all" in out and "not written correctly" in out
+
+
+def test_regenerate_refuses_a_broken_chain_with_exit_1(ledgered_run, copy_run, capsys):
+    from creditaudit.artifacts import write_parquet_atomic
+
+    run = copy_run(ledgered_run[0])
+    before = (run / "ledger" / "ledger.json").read_bytes()
+    path = run / "signals" / "credit.parquet"
+    write_parquet_atomic(pq.read_table(path).slice(1), path)
+    assert _cli(["ledger", "regenerate", "--run", str(run), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert "signals/credit.parquet" in err and "no ledger is built from them" in err
+    assert (run / "ledger" / "ledger.json").read_bytes() == before
+
+
+def test_bad_usage_is_exit_2(tmp_path, capsys):
+    assert _cli(["ledger", "regenerate", "--run", str(tmp_path)]) == 2
+    assert "no protocol in the run directory" in capsys.readouterr().err
+    assert _cli(["ledger", "verify", "--run", str(tmp_path)]) == 2
+    assert _cli(["report", "--run", str(tmp_path)]) == 2
