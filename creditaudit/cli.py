@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from creditaudit import __version__
-from creditaudit.errors import CreditAuditError, NotYetAvailable
+from creditaudit.errors import CreditAuditError
 
 __all__ = ["app", "main", "console", "err_console"]
 
@@ -49,18 +49,6 @@ def _root(
     """creditaudit command line."""
 
 
-def _not_yet(stage: str, issue: str) -> None:
-    raise NotYetAvailable(f"`creditaudit {stage}` is not yet available in creditaudit {__version__} ({issue}).")
-
-
-def _make_stub(stage: str, issue: str):
-    def stub(ctx: typer.Context) -> None:
-        _not_yet(stage, f"planned in the '{issue}' stage")
-
-    stub.__name__ = f"{stage}_not_yet_available"
-    return stub
-
-
 def _register_stages() -> None:
     from creditaudit.protocol.cli import app as protocol_app
     from creditaudit.replay.cli import collect_command, games_command, policy_app, replay_command
@@ -75,29 +63,13 @@ def _register_stages() -> None:
 
     app.command(name="signals")(signals_command)
     app.command(name="audit")(audit_command)
+    from creditaudit.ledger.cli import ledger_app, report_command
 
-    stubs = {
-        "policy": ("Build or inspect the policy (embedded default or a local Hugging Face model).", "environments and policies"),
-        "games": ("Generate ALFRED-domain games offline and check them solvable.", "environments and policies"),
-        "collect": ("Roll out the policy on the frozen task list and write trajectories.", "environments and policies"),
-        "replay": ("Execute counterfactual replays: A_replay, noise floors, measurability map.", "executed replay"),
-        "signals": ("Extract every credit family and control the protocol names.", "credit signals"),
-        "audit": ("Fidelity audit and verdicts through the frozen decision order.", "fidelity audit"),
-        "arms": ("Seven-arm CRN LoRA training experiment and its analysis.", "training arms"),
-        "ledger": ("Number ledger: regenerate byte-identically, verify, integrity checks.", "ledger"),
-        "report": ("Markdown/HTML report with every number taken from the ledger.", "ledger"),
-    }
-    for stage, (help_text, issue) in stubs.items():
-        if stage in {group.name for group in app.registered_groups} | {
-            command.name for command in app.registered_commands
-        }:
-            continue
+    app.add_typer(ledger_app, name="ledger")
+    app.command(name="report")(report_command)
+    from creditaudit.training_arms.cli import arms_command
 
-        app.command(
-            name=stage,
-            help=f"{help_text} [not yet available]",
-            context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-        )(_make_stub(stage, issue))
+    app.command(name="arms")(arms_command)
 
     from creditaudit.demo import demo_command
 

@@ -7,7 +7,7 @@ import pytest
 
 from creditaudit.cli import app, main
 
-STAGES = ["arms", "ledger", "report"]
+STAGES = ["collect", "replay", "signals", "audit", "arms", "report"]
 
 
 def run(args, capsys=None):
@@ -27,9 +27,9 @@ def test_help_everywhere(capsys):
 
 
 @pytest.mark.parametrize("stage", STAGES)
-def test_later_stages_exit_2_not_yet_available(stage, capsys):
-    assert run([stage]) == 2
-    assert "not yet available" in capsys.readouterr().err
+def test_stages_refuse_a_missing_run_directory(stage, tmp_path, capsys):
+    assert run([stage, "--run", str(tmp_path / "no-such-run")]) == 2
+    assert "no-such-run" in capsys.readouterr().err
 
 
 def test_usage_errors_exit_2(capsys):
@@ -58,7 +58,8 @@ def test_protocol_round_trip_exit_codes(tmp_path, fake_policy_dir, capsys):
 
 
 def test_installed_entry_point_runs():
-    result = subprocess.run([sys.executable, "-m", "creditaudit", "arms"], capture_output=True, text=True)
-    assert result.returncode == 2 and "not yet available" in result.stderr
+    result = subprocess.run([sys.executable, "-m", "creditaudit", "arms", "--run", "no-such-run"], capture_output=True,
+                            text=True)
+    assert result.returncode == 2 and "no protocol in the run directory" in result.stderr
     result = subprocess.run([sys.executable, "-m", "creditaudit", "--version"], capture_output=True, text=True)
     assert result.returncode == 0 and result.stdout.startswith("creditaudit ")

@@ -212,9 +212,11 @@ class PolicyBuild(_Model):
     num_heads: int = Field(4, ge=1, le=64)
     """Attention heads."""
     train_games: int = Field(48, ge=1, le=100_000)
-    """Generated games whose noisy walkthroughs are the behaviour-cloning data."""
+    """Generated games on which the searching expert is demonstrated (behaviour-cloning data)."""
+    passes: int = Field(1, ge=1, le=1000)
+    """Demonstration episodes per training game (each with its own search draws and mistakes)."""
     noise_rate: float = Field(0.25, ge=0.0, le=1.0)
-    """Probability of injecting a mistake at a walkthrough step."""
+    """Probability of injecting a mistake at a demonstration step."""
     epochs: int = Field(6, ge=1, le=1000)
     """Behaviour-cloning epochs."""
     learning_rate: float = Field(3e-3, gt=0.0, le=1.0)
@@ -780,6 +782,9 @@ class ArmsSection(_Model):
     """LoRA alpha."""
     learning_rate: float = Field(1e-3, gt=0.0)
     """Optimizer learning rate."""
+    minibatch_size: int = Field(16, ge=1)
+    """Kept turn samples per optimizer step: an arm's natural dose in a round is
+    ``ceil(kept samples / minibatch_size)`` steps (zero-weight samples are dropped first)."""
     dose_matched: bool = False
     """Equalise optimizer steps across arms."""
     eval_tasks: int = Field(32, ge=1)
