@@ -364,9 +364,16 @@ class VerifyResult:
     def render(self) -> str:
         lines: list[str] = []
         if self.differences:
+            # A changed number says more than a changed input hash: show the first entry whose
+            # value differs, else the first difference of any kind.
+            rank = {"value": 0, "text": 1, "missing": 2, "new": 2, "inputs": 3}
+            first = min(self.differences, key=lambda d: rank.get(d.kind, 4))
             lines.append(f"FAILED: {len(self.differences)} of {len(self.stored.entries)} ledger entries differ from "
+                         "their recomputation from the raw artifacts; the first whose value differs:"
+                         if first.kind == "value" else
+                         f"FAILED: {len(self.differences)} of {len(self.stored.entries)} ledger entries differ from "
                          "their recomputation from the raw artifacts; the first:")
-            lines.append("  " + self.differences[0].render().replace("\n", "\n  "))
+            lines.append("  " + first.render().replace("\n", "\n  "))
             lines.append("entries that differ: " + ", ".join(d.name for d in self.differences))
         for path, old, new in self.changed_inputs:
             lines.append(f"FAILED: input {path} changed since the ledger was written "

@@ -45,7 +45,9 @@ def test_audit_document_is_typed_and_complete(audited):
 def test_summary_wording_and_figures(audited):
     run, _, doc = audited
     text = (run / "audit" / "summary.md").read_text()
-    assert doc.protocol_id in text and "inconclusive" in text
+    assert doc.protocol_id in text
+    # every verdict of this tiny run is reported as a null that is not an effect claim
+    assert "inconclusive" in text or "no effect verdict" in text
     assert "no effect" not in text.replace("not shown to have no effect", "").replace("no effect verdict", "")
     for name in ("forest.png", "measurability.png"):
         data = (run / "audit" / "figures" / name).read_bytes()
