@@ -711,18 +711,17 @@ class HFPolicy:
             raise ValueError(f"`candidates` must have one list per prompt; got {len(candidates)} for {len(prompts)}")
         if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature >= 0):
             raise ValueError(f"`temperature` must be a finite number >= 0; got {temperature!r}")
-        flat_prompts, flat_actions, owner = [], [], []
+        # Each distinct (prompt, candidate) pair is scored once: several draws from one state (the
+        # replay's search for alternatives, a group's rollouts at their shared first turn) share it.
+        unique: dict[tuple[str, str], int] = {}
+        rows_of: list[list[tuple[str, int]]] = []
         for i, (prompt, cands) in enumerate(zip(prompts, candidates)):
             if not cands:
                 raise ValueError(f"`candidates[{i}]` is empty: admissible decoding needs at least one command")
-            for c in cands:
-                flat_prompts.append(prompt)
-                flat_actions.append(c)
-                owner.append(i)
-        scores = self.score(flat_prompts, flat_actions, include_stop=True, batch_size=batch_size)
-        per_row: list[list[tuple[str, ActionScore]]] = [[] for _ in prompts]
-        for i, action, score in zip(owner, flat_actions, scores):
-            per_row[i].append((action, score))
+            rows_of.append([(c, unique.setdefault((prompt, c), len(unique))) for c in cands])
+        pairs = list(unique)
+        scores = self.score([p for p, _ in pairs], [a for _, a in pairs], include_stop=True, batch_size=batch_size)
+        per_row: list[list[tuple[str, ActionScore]]] = [[(c, scores[k]) for c, k in row] for row in rows_of]
         out = []
         for seed, rows in zip(seeds, per_row):
             if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0 or seed >= 2**64:
