@@ -569,8 +569,11 @@ def mde(
         return _t_power(sign * ncp, df, alpha, alternative) - power
 
     hi = 1.0
-    while gap(hi) < 0:
+    while gap(hi) < 0 and hi < 1e6:
         hi *= 2.0
+    if not math.isfinite(gap(hi)) or gap(hi) < 0:
+        raise ValueError(f"the design's power cannot be evaluated at df = {df:g} (n = {n}); the MDE is undefined "
+                         "for so few units")
     ncp = optimize.brentq(gap, 0.0, hi, xtol=1e-12, rtol=1e-12)
     value = ncp * se
     eq_power = band_within = None

@@ -126,10 +126,16 @@ def compare_arms(held_out: pd.DataFrame, included: set[tuple[str, int]], *, band
                      sd_difference=sd)
         sd_design, source = (sd, "observed") if sd > 0 else (DESIGN_SD_FALLBACK, "fallback")
         if n >= 2:
-            design = mde(n, sd=sd_design, alpha=alpha, power=power,
-                         alternative="two-sided" if kind == "tost" else "greater", low=-band, high=band)
-            entry["mde"] = {"mde": design.mde, "sd": sd_design, "sd_source": source, "power": power,
-                            "equivalence_power": design.equivalence_power, "band_within_mde": design.band_within_mde}
+            try:
+                design = mde(n, sd=sd_design, alpha=alpha, power=power,
+                             alternative="two-sided" if kind == "tost" else "greater", low=-band, high=band)
+            except ValueError as exc:  # too few tasks for the t design (df = 1): reported, not guessed
+                entry["mde"] = {"mde": None, "sd": sd_design, "sd_source": source, "power": power,
+                                "undefined": str(exc)}
+            else:
+                entry["mde"] = {"mde": design.mde, "sd": sd_design, "sd_source": source, "power": power,
+                                "equivalence_power": design.equivalence_power,
+                                "band_within_mde": design.band_within_mde}
         try:
             if kind == "tost":
                 res = tost_paired(x, y, low=-band, high=band, alpha=alpha)

@@ -200,3 +200,11 @@ def test_mde_bad_input(kwargs, match):
         mde(128, **kwargs)
     with pytest.raises(ValueError, match="`n` must be an integer >= 2"):
         mde(1, sd=1.0)
+
+
+def test_mde_refuses_a_design_whose_power_cannot_be_evaluated():
+    # two paired units leave one degree of freedom, where the noncentral t's tail is NaN far out
+    from creditaudit.stats import mde
+
+    with pytest.raises(ValueError, match="MDE is undefined"):
+        mde(2, sd=0.5, low=-0.03, high=0.03)
