@@ -2,8 +2,8 @@
 
 In a run directory (``demo-run`` by default) it writes a demo-size protocol derived from the
 default template, builds the embedded default policy (or reuses a built one), pins the policy into
-the protocol, makes a key pair, freezes, generates the games, collects, replays and prints the
-measurability map. Every step is skipped when its output exists and verifies, so re-running
+the protocol, makes a key pair, freezes, generates the games, collects, replays, extracts the
+signals, audits, trains the arms, regenerates the ledger twice and writes the report. Every step is skipped when its output exists and verifies, so re-running
 resumes rather than redoes.
 """
 
@@ -27,6 +27,9 @@ DEMO_OVERRIDES: dict[str, Any] = {
     "policy": {"decoding": "admissible"},
     "collection": {"n_tasks": 2, "group_size": 2},
     "statistics": {"bootstrap_iterations": 2000},
+    # A small arms run: every arm, two seeds, one round on one task (a pipeline check, not a finding).
+    "arms": {"seeds": 2, "rounds": 1, "tasks_per_round": 1, "group_size": 2, "eval_tasks": 2, "probe_states": 8,
+             "minibatch_size": 4},
     # The families this version computes (ProVer and VICT arrive with their own stage).
     "signals": [
         {"family": "implicit", "name": "implicit"},
@@ -92,17 +95,17 @@ def run_demo(run: Path, *, quiet: bool = False, overrides: dict[str, Any] | None
     # 1. the protocol text (not yet pinned or frozen)
     if not protocol_path.exists():
         protocol_path.write_text(demo_protocol_text(overrides), "utf-8")
-        _say(f"[1/8] wrote the demo protocol {protocol_path}")
+        _say(f"[1/11] wrote the demo protocol {protocol_path}")
     else:
-        _say(f"[1/8] protocol {protocol_path} exists")
+        _say(f"[1/11] protocol {protocol_path} exists")
     protocol = load_protocol(protocol_path)
 
     # 2. the policy: an input, built before the freeze from the protocol's build section
     target = policy_dir(protocol, protocol_path)
     if (target / BUILD_RECORD).is_file():
-        _say(f"[2/8] default policy already built in {target}")
+        _say(f"[2/11] default policy already built in {target}")
     else:
-        _say(f"[2/8] building the default policy in {target} (behaviour cloning on generated games)")
+        _say(f"[2/11] building the default policy in {target} (behaviour cloning on generated games)")
         if target.exists():
             shutil.rmtree(target)  # an interrupted build: start it again
         with progress_bars(enabled=not quiet) as update:
@@ -123,9 +126,9 @@ def run_demo(run: Path, *, quiet: bool = False, overrides: dict[str, Any] | None
         if not (run / "keys" / PRIVATE_KEY_NAME).exists():
             generate_keypair(run / "keys")
         frozen_lock = freeze(protocol_path, load_signer(run / "keys" / PRIVATE_KEY_NAME))
-        _say(f"[3/8] froze the protocol: id {frozen_lock.protocol_id}")
+        _say(f"[3/11] froze the protocol: id {frozen_lock.protocol_id}")
     else:
-        _say("[3/8] protocol already frozen")
+        _say("[3/11] protocol already frozen")
     check = verify(protocol_path)
     if not check.ok:
         from creditaudit.errors import CheckFailed
@@ -139,28 +142,48 @@ def run_demo(run: Path, *, quiet: bool = False, overrides: dict[str, Any] | None
     frozen = require_frozen(protocol_path)
     with progress_bars(enabled=not quiet) as update:
         # 4. games (data: generated after the freeze from the protocol's stream)
-        _say("[4/8] task list (games generated offline and checked solvable on the real engine)")
+        _say("[4/11] task list (games generated offline and checked solvable on the real engine)")
         entries = prepare_tasks(frozen, signer, progress=lambda d, t: update("games", d, t))
         report["tasks"] = len(entries)
         # 5. collect
-        _say("[5/8] collecting trajectories")
+        _say("[5/11] collecting trajectories")
         summary = collect(protocol_path, signer, progress=update)
         report["collect"] = summary.to_dict()
         # 6. replay
-        _say("[6/8] executed counterfactual replay")
+        _say("[6/11] executed counterfactual replay")
         run_replay(protocol_path, signer, progress=update)
     document = json.loads((run / SUMMARY).read_text())
     report["replay"] = {k: v for k, v in document.items() if k != "measurability"}
     report["measurability"] = document["measurability"]
     # 7. signals
-    _say("[7/8] credit signals and controls")
+    _say("[7/11] credit signals and controls")
     run_signals(protocol_path, signer)
     report["signals"] = json.loads((run / SIGNALS_SUMMARY).read_text())
     # 8. audit
-    _say("[8/8] fidelity audit through the frozen decision order")
+    _say("[8/11] fidelity audit through the frozen decision order")
     audit = run_audit(protocol_path, signer)
     report["verdicts"] = dict(audit.sentences)
     report["audit_summary"] = str(run / "audit" / "summary.md")
+    # 9. training arms
+    from creditaudit.training_arms.stage import run_arms
+
+    _say("[9/11] training arms (LoRA, common random numbers)")
+    with progress_bars(enabled=not quiet) as update:
+        arms = run_arms(protocol_path, signer, progress=update)
+    report["arms_summary"] = str(run / "arms" / "summary.md")
+    del arms
+    # 10. the ledger, regenerated twice in fresh processes and compared byte for byte
+    from creditaudit.ledger import regenerate, write_report
+
+    _say("[10/11] ledger: every number regenerated twice from the raw artifacts")
+    with progress_bars(enabled=not quiet) as update:
+        ledger = regenerate(run, signer=signer, progress=update)
+    report["ledger"] = {"path": str(ledger.path), "entries": ledger.n_entries, "sha256": ledger.sha256,
+                        "identical_runs": ledger.identical_runs}
+    # 11. the report
+    _say("[11/11] report")
+    written = write_report(run, signer=signer)
+    report["report"] = {"markdown": str(written.markdown), "html": str(written.html)}
     return report
 
 
@@ -168,7 +191,8 @@ def demo_command(
     run: Path = typer.Option(Path("demo-run"), "--run", help="Run directory (created; re-running resumes)."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
 ) -> None:
-    """Run the end-to-end demo on the embedded default (resumable): protocol, policy, games, collect, replay."""
+    """Run the end-to-end demo on the embedded default (resumable): protocol, policy, games, collect, replay,
+    signals, audit, arms, ledger, report."""
     report = run_demo(run, quiet=quiet)
     collect = report["collect"]
     mmap = report["measurability"]
@@ -194,4 +218,8 @@ def demo_command(
     typer.echo(mmap["resolution_statement"])
     for sentence in report["verdicts"].values():
         typer.echo(sentence)
-    typer.echo(f"audit summary: {report['audit_summary']}; attestations in {run / 'links'}")
+    typer.echo(f"audit summary: {report['audit_summary']}; arms: {report['arms_summary']}")
+    ledger = report["ledger"]
+    typer.echo(f"ledger: {ledger['entries']} entries, regenerated {ledger['identical_runs']} times byte-identical "
+               f"(sha256 {ledger['sha256'][:16]}…) in {ledger['path']}")
+    typer.echo(f"report: {report['report']['markdown']} and {report['report']['html']}; attestations in {run / 'links'}")
