@@ -107,6 +107,48 @@ def _squash(text: str) -> str:
     return " ".join(str(text).split())
 
 
+DECODINGS = ("free", "admissible", "constrained")
+"""How a policy turns its distribution into an action (the protocol's ``policy.decoding``)."""
+
+
+def _draw_constrained(rows: Sequence[tuple[str, Any]], temperature: float, seed: int) -> tuple[str, Any]:
+    """Token-by-token draw restricted to the prefixes of the candidates (see ``HFPolicy.sample``).
+
+    ``rows`` are ``(candidate, ActionScore)`` with the candidates' token ids, token
+    log-probabilities and end-token log-probability from one teacher-forced pass; the log-prob of
+    a token after a prefix is the same in every candidate sharing that prefix. Candidates with
+    identical token sequences (words a word-level tokenizer maps to the same unknown id) are
+    split uniformly with the same generator.
+    """
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    live = list(range(len(rows)))
+    depth = 0
+    while True:
+        options: dict[int, float] = {}  # next token id (-1: end) -> log-prob
+        for k in live:
+            ids = rows[k][1].token_ids
+            if depth < len(ids):
+                options.setdefault(int(ids[depth]), float(rows[k][1].token_logprobs[depth]))
+            else:
+                options.setdefault(-1, float(rows[k][1].stop_logprob or 0.0))
+        keys = sorted(options)
+        logp = np.array([options[t] for t in keys])
+        if len(keys) == 1:
+            choice = keys[0]
+        elif temperature == 0:
+            choice = keys[int(np.argmax(logp))]
+        else:
+            choice = keys[int(np.argmax(logp / temperature + rng.gumbel(size=len(keys))))]
+        if choice == -1:
+            done = [k for k in live if len(rows[k][1].token_ids) == depth]
+            k = done[int(rng.integers(len(done)))] if len(done) > 1 else done[0]
+            return rows[k]
+        live = [k for k in live if depth < len(rows[k][1].token_ids) and int(rows[k][1].token_ids[depth]) == choice]
+        depth += 1
+
+
 class PromptBuilder:
     """Builds the prompt of one decision point.
 
@@ -352,7 +394,7 @@ class HFPolicy:
         Rows per forward pass; results do not depend on it.
     source : str, optional
         The directory the policy was loaded from (for messages and records).
-    decoding : {"free", "admissible"}, default "free"
+    decoding : {"free", "admissible", "constrained"}, default "free"
         ``free``: generate the action text; ``admissible``: draw it from the policy's own
         distribution restricted to the admissible commands (see :meth:`sample`).
 
@@ -376,8 +418,8 @@ class HFPolicy:
         decoding: str = "free",
     ):
         torch = _torch()
-        if decoding not in ("free", "admissible"):
-            raise ValueError(f"`decoding` must be one of {{'free', 'admissible'}}; got {decoding!r}")
+        if decoding not in DECODINGS:
+            raise ValueError(f"`decoding` must be one of {{'free', 'admissible', 'constrained'}}; got {decoding!r}")
         self.decoding = decoding
         self.model = model.eval()
         self.tokenizer = tokenizer
@@ -657,8 +699,9 @@ class HFPolicy:
             Rows per forward pass; results do not depend on it.
         candidates : sequence of sequence of str, optional
             The admissible commands of each row. Used only when the policy's ``decoding`` is
-            ``"admissible"``: the action is then drawn from the policy's own distribution
-            restricted to these commands (see Notes); ignored under ``"free"`` decoding.
+            ``"admissible"`` or ``"constrained"``: the action is then drawn from the policy's own
+            distribution restricted to these commands (see Notes); ignored under ``"free"``
+            decoding.
 
         Returns
         -------
@@ -680,8 +723,17 @@ class HFPolicy:
         ``argmax_c (s_c / T + g_c)`` with Gumbel noise ``g`` from ``numpy.random.default_rng(seed)``
         (``T = 0``: the most probable command). The returned log-probabilities are the chosen
         command's own token log-probabilities at temperature 1.
+
+        Constrained decoding (``decoding="constrained"``), token-level masking as in grammar- or
+        trie-constrained generation: the action is generated token by token from
+        ``softmax(logits / T)`` restricted, at each step, to the tokens that continue at least one
+        candidate (and the end token where a candidate is complete). Unlike admissible decoding,
+        mass the model puts on inadmissible completions of a prefix (``take`` + an object that is
+        not there) is renormalised within the prefix instead of lost, so the choice of verb is
+        the model's own. The log-probabilities come from the same single scoring pass; the draws
+        are Gumbel-max per step from ``numpy.random.default_rng(seed)``.
         """
-        if self.decoding == "admissible" and candidates is not None:
+        if self.decoding in ("admissible", "constrained") and candidates is not None:
             return self._sample_candidates(prompts, seeds, temperature, candidates, batch_size)
         torch = self._torch
         if len(seeds) != len(prompts):
@@ -726,6 +778,10 @@ class HFPolicy:
         for seed, rows in zip(seeds, per_row):
             if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0 or seed >= 2**64:
                 raise ValueError(f"`seeds` must hold integers in [0, 2**64); got {seed!r}")
+            if self.decoding == "constrained":
+                action, sc = _draw_constrained(rows, temperature, seed)
+                out.append(SampledAction(action, sc.token_ids, sc.token_logprobs, "candidate", sc.stop_logprob, int(seed)))
+                continue
             total = np.array([sc.sum_logprob + (sc.stop_logprob or 0.0) for _, sc in rows])
             if temperature == 0:
                 k = int(np.argmax(total))

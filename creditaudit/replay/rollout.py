@@ -28,7 +28,7 @@ __all__ = ["TurnRecord", "Rollout", "TransitionCache", "start_rollout", "advance
 def candidate_kwargs(policy: Any, admissible: list[tuple[str, ...]]) -> dict[str, Any]:
     """``{"candidates": ...}`` for a policy that draws among admissible commands, else ``{}``
     (free-decoding policies and reference policies take no candidates)."""
-    return {"candidates": admissible} if getattr(policy, "decoding", "free") == "admissible" else {}
+    return {"candidates": admissible} if getattr(policy, "decoding", "free") in ("admissible", "constrained") else {}
 
 
 @dataclass(frozen=True)

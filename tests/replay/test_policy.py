@@ -404,3 +404,79 @@ def test_bad_decoding_and_empty_candidates_are_refused(policy, ranking_policy):
         HFPolicy(policy.model, policy.tokenizer, decoding="beam")
     with pytest.raises(ValueError, match=r"`candidates\[0\]` is empty"):
         ranking_policy.sample(_prompts(ranking_policy, 1), seeds=[1], temperature=1.0, candidates=[[]])
+
+
+# ------------------------------------------------------------------------ constrained decoding
+
+# Candidates sharing prefixes at several depths ("take mug ..." / "take apple ...", "go to desk ...").
+TRIE = ["take mug 1 from desk 1", "take mug 2 from desk 1", "take apple 1 from desk 1", "go to desk 1",
+        "go to desk 2", "look"]
+
+
+@pytest.fixture(scope="module")
+def masking_policy(policy):
+    return HFPolicy(policy.model, policy.tokenizer, history_length=2, max_action_tokens=6, decoding="constrained")
+
+
+def _constrained_probabilities(policy, prompt, candidates, temperature):
+    """P(candidate) under token-level masking, from the model's raw logits (not from ``score``):
+    at every prefix, softmax(logits / T) over the tokens that continue some candidate, with the
+    end-of-sequence token allowed where a candidate is complete."""
+    tok = policy.tokenizer
+    prompt_ids = tok(prompt, add_special_tokens=True)["input_ids"]
+    seqs = [tuple(tok(c, add_special_tokens=False)["input_ids"]) + (tok.eos_token_id,) for c in candidates]
+    probs = []
+    for seq in seqs:
+        p = 1.0
+        for j in range(len(seq)):
+            prefix = seq[:j]
+            allowed = sorted({s[j] for s in seqs if s[:j] == prefix})
+            with torch.no_grad():
+                logits = policy.model(input_ids=torch.tensor([list(prompt_ids) + list(prefix)])).logits[0, -1].double()
+            z = logits[allowed] / temperature
+            p *= float(torch.softmax(z, 0)[allowed.index(seq[j])])
+        probs.append(p)
+    return np.array(probs)
+
+
+def test_constrained_decoding_draws_candidates_with_their_own_logprobs(masking_policy):
+    prompts = _prompts(masking_policy, 4)
+    samples = masking_policy.sample(prompts, seeds=[5, 6, 7, 8], temperature=0.7, candidates=[TRIE] * 4)
+    for prompt, sample in zip(prompts, samples):
+        assert sample.text in TRIE and sample.stop_reason == "candidate"
+        own = masking_policy.score([prompt], [sample.text], include_stop=True)[0]
+        assert sample.token_logprobs == pytest.approx(own.token_logprobs, abs=1e-6)
+
+
+def test_constrained_decoding_follows_the_masked_token_softmax(masking_policy):
+    prompt = _prompts(masking_policy, 1)[0]
+    temperature = 1.5
+    expected = _constrained_probabilities(masking_policy, prompt, TRIE, temperature)
+    assert expected.sum() == pytest.approx(1.0, abs=1e-9)
+    n = 4000
+    draws = masking_policy.sample([prompt] * n, seeds=list(range(n)), temperature=temperature, candidates=[TRIE] * n)
+    counts = np.array([sum(d.text == c for d in draws) for c in TRIE])
+    from scipy.stats import chisquare
+
+    assert chisquare(counts, expected * n).pvalue > 1e-3
+    # It is not the sequence-level restriction of admissible decoding (which loses the mass of
+    # inadmissible completions of a shared prefix).
+    seq = _sequence_logprobs(masking_policy, prompt, TRIE) / temperature
+    sequence_level = np.exp(seq - seq.max()) / np.exp(seq - seq.max()).sum()
+    assert np.abs(sequence_level - expected).max() > 0.02
+
+
+def test_constrained_decoding_at_zero_temperature_takes_the_best_token_at_every_step(masking_policy):
+    prompt = _prompts(masking_policy, 1)[0]
+    tok = masking_policy.tokenizer
+    prompt_ids = list(tok(prompt, add_special_tokens=True)["input_ids"])
+    seqs = [tuple(tok(c, add_special_tokens=False)["input_ids"]) + (tok.eos_token_id,) for c in TRIE]
+    prefix: tuple[int, ...] = ()
+    while prefix not in seqs:
+        allowed = sorted({s[len(prefix)] for s in seqs if s[: len(prefix)] == prefix})
+        with torch.no_grad():
+            logits = masking_policy.model(input_ids=torch.tensor([prompt_ids + list(prefix)])).logits[0, -1]
+        prefix += (allowed[int(torch.argmax(logits[allowed]))],)
+    greedy = TRIE[seqs.index(prefix)]
+    for seed in (1, 2, 3):
+        assert masking_policy.sample([prompt], seeds=[seed], temperature=0, candidates=[TRIE])[0].text == greedy
