@@ -22,9 +22,10 @@ __all__ = ["DEMO_OVERRIDES", "demo_command", "demo_protocol_text", "run_demo"]
 #: How the demo departs from the paper-size default template, to fit ~10 minutes on 2 cores.
 DEMO_OVERRIDES: dict[str, Any] = {
     "environment": {"generator": {"games_per_type": 1}, "horizon": 10},
-    # The tiny default policy draws among the admissible commands (it cannot yet reliably copy
-    # object names in free generation; see README).
-    "policy": {"decoding": "admissible"},
+    # A demo-size build of the default recipe (the full build trains twice as long), decoding
+    # constrained to the admissible commands (the tiny model cannot yet copy object names in free
+    # generation; see README).
+    "policy": {"decoding": "constrained", "build": {"hidden_size": 64, "epochs": 6}},
     "collection": {"n_tasks": 2, "group_size": 2},
     "statistics": {"bootstrap_iterations": 2000},
     # A small arms run: every arm, two seeds, one round on one task (a pipeline check, not a finding).
@@ -46,6 +47,10 @@ DEMO_OVERRIDES: dict[str, Any] = {
         {"name": "inverted-judge", "kind": "inverted", "of": "judge"},
     ],
 }
+
+
+#: Held-out games the demo measures its policy on (one per task type; the benchmark uses 24).
+DEMO_HELD_OUT_GAMES = 6
 
 
 def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
@@ -112,7 +117,7 @@ def run_demo(run: Path, *, quiet: bool = False, overrides: dict[str, Any] | None
             build_default_policy(
                 target, protocol.policy.build, history_length=protocol.policy.history_length,
                 eval_temperature=protocol.policy.temperature, games_dir=run / ".policy-build-games",
-                decoding=protocol.policy.decoding,
+                decoding=protocol.policy.decoding, n_held_out=DEMO_HELD_OUT_GAMES,
                 progress=update,
             )
     record = json.loads((target / BUILD_RECORD).read_text())

@@ -205,7 +205,7 @@ class PolicyBuild(_Model):
 
     seed: int = Field(20260817, ge=0, lt=2**53)
     """Seed of the build's own streams (the policy is an input: it exists before the protocol)."""
-    hidden_size: int = Field(64, ge=8, le=4096)
+    hidden_size: int = Field(128, ge=8, le=4096)
     """Qwen2 hidden size."""
     num_layers: int = Field(2, ge=1, le=64)
     """Qwen2 decoder layers."""
@@ -217,8 +217,15 @@ class PolicyBuild(_Model):
     """Demonstration episodes per training game (each with its own search draws and mistakes)."""
     noise_rate: float = Field(0.25, ge=0.0, le=1.0)
     """Probability of injecting a mistake at a demonstration step."""
-    epochs: int = Field(6, ge=1, le=1000)
+    epochs: int = Field(8, ge=1, le=1000)
     """Behaviour-cloning epochs."""
+    decisive_repeats: int = Field(6, ge=1, le=100)
+    """Times per epoch each example whose action handles an object (take, move, heat, cool,
+    clean, slice, use) is shown; the searching ``go to`` steps dominate the data otherwise."""
+    augment_share: float = Field(0.8, ge=0.0, le=1.0)
+    """Share of the examples shown with object names and instance numbers consistently renamed
+    (from the second epoch on; 0 turns the augmentation off), so the network learns to copy
+    names from its prompt instead of memorising them."""
     learning_rate: float = Field(3e-3, gt=0.0, le=1.0)
     """AdamW learning rate."""
 
@@ -248,10 +255,13 @@ class PolicySection(_Model):
     """Maximum generated tokens per action."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     """Compute dtype."""
-    decoding: Literal["free", "admissible"] = "free"
-    """``free``: the policy generates the action text (inadmissible text gets the engine's
-    "Nothing happens."); ``admissible``: the action is drawn from the policy's own distribution
-    restricted to the admissible commands (sequence log-probabilities tempered by T)."""
+    decoding: Literal["free", "admissible", "constrained"] = "constrained"
+    """``constrained`` (default): the action is generated token by token at temperature T with
+    every token that continues no admissible command masked out (the embedded default policy is
+    built for it); ``free``: the policy generates the action text (inadmissible text gets the
+    engine's "Nothing happens."; the papers' setting for Qwen-7B-class policies);
+    ``admissible``: the action is drawn from the policy's own distribution restricted to the
+    admissible commands (sequence log-probabilities tempered by T)."""
 
 
 # --------------------------------------------------------------------------- collection, replay

@@ -27,6 +27,7 @@ from creditaudit.replay.default_policy import (
     environment_words,
     evaluate_policy,
     noisy_demonstrations,
+    is_decisive,
     rename_entities,
     train_behaviour_cloning,
 )
@@ -145,6 +146,45 @@ def test_rename_entities_is_consistent():
     p, a = rename_entities(prompt, "take mug 2 from desk 1", np.random.default_rng(3), names)
     assert a in p and a.split()[0] == "take" and a.split()[3] == "from"
     assert p.count(a.split()[1]) == prompt.count("mug") and "look" in p
+
+
+def test_rename_entities_permutes_instance_numbers_consistently():
+    prompt = "On the desk 1, you see a mug 2, and a mug 3.\nadmissible actions: take mug 2 from desk 1 | take mug 3 from desk 1"
+    seen = set()
+    for seed in range(20):
+        p, a = rename_entities(prompt, "take mug 3 from desk 1", np.random.default_rng(seed), ["mug", "pen"], max_number=9)
+        assert a in p  # the renamed action is still one of the listed commands
+        numbers = [int(w) for w in p.replace(",", " ").replace(".", " ").split() if w.isdigit()]
+        assert len(set(numbers)) == 3 and all(1 <= n <= 9 for n in numbers)  # a permutation: distinct stays distinct
+        seen.add(a.split()[2])
+    assert len(seen) > 3  # the number of the chosen object really changes
+
+
+def test_decisive_examples_are_object_handling_or_going_with_the_object_in_hand():
+    searching = "admissible actions: go to desk 1 | go to safe 1 | open drawer 1\nobservation: x\naction:"
+    holding = "admissible actions: go to desk 1 | go to safe 1 | move watch 1 to drawer 1\nobservation: x\naction:"
+    assert not is_decisive(BCExample(searching, "go to safe 1"))
+    assert not is_decisive(BCExample(searching, "open drawer 1"))
+    assert is_decisive(BCExample(holding, "go to safe 1"))
+    assert is_decisive(BCExample(searching, "take watch 1 from drawer 1"))
+    assert is_decisive(BCExample(holding, "heat watch 1 with microwave 1"))
+    # a "move" word in the history (not the admissible line) does not count
+    assert not is_decisive(BCExample("action: move watch 1 to desk 1\n" + searching, "go to safe 1"))
+
+
+def test_length_bucketed_batches_cover_every_example_once_with_little_padding():
+    from creditaudit.replay.default_policy import _length_bucketed_batches
+
+    rng = np.random.default_rng(0)
+    lengths = [int(x) for x in rng.integers(50, 400, size=1000)]
+    batches = _length_bucketed_batches(lengths, 16, np.random.default_rng(1))
+    flat = [i for b in batches for i in b]
+    assert sorted(flat) == list(range(1000)) and len(batches) == -(-1000 // 16)
+    padded = sum(len(b) * max(lengths[i] for i in b) for b in batches)
+    random_batches = [list(range(k, min(k + 16, 1000))) for k in range(0, 1000, 16)]
+    padded_random = sum(len(b) * max(lengths[i] for i in b) for b in random_batches)
+    assert padded < 0.8 * padded_random
+    assert _length_bucketed_batches(lengths, 16, np.random.default_rng(1)) == batches
 
 
 # ----------------------------------------------------------------------------- demonstrations
@@ -269,4 +309,19 @@ def test_build_on_generated_alfworld_games_is_reproducible(tmp_path):
     policy = load_policy(tmp_path / "a", device="cpu")
     prompt = policy.prompt_builder.build("put some mug on desk.", "You arrive at desk 1.", ["go to desk 1", "look"])
     out = policy.sample([prompt], seeds=[1], temperature=0.7)[0]
-    assert out.stop_reason in {"eos", "max_tokens"}
+    assert out.stop_reason in {"eos", "newline", "max_tokens"}
+
+
+@pytest.mark.slow
+def test_parallel_demonstrations_equal_the_serial_ones(alfworld_games):
+    import functools
+
+    from creditaudit.replay.default_policy import _alfworld_env, parallel_demonstrations
+
+    tasks = [g.task for g in alfworld_games.games[:3]]
+    factory = functools.partial(_alfworld_env, 30)
+    serial = parallel_demonstrations(tasks, factory, root="t", noise_rate=0.3, history_length=2, workers=1)
+    pooled = parallel_demonstrations(tasks, factory, root="t", noise_rate=0.3, history_length=2, workers=2)
+    assert pooled == serial and serial.episodes == 3 and serial.mistakes > 0
+    other = parallel_demonstrations(tasks, factory, root="u", noise_rate=0.3, history_length=2, workers=1)
+    assert other.examples != serial.examples  # the draws come from the root's streams

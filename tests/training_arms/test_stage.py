@@ -102,12 +102,18 @@ def test_dose_matched_mode_equalises_optimizer_steps(credited_run, arms_run_fact
                                          "dose_matched": True, "seeds": 1})
     doc = run_arms(run / "protocol.yaml", signer)
     training = pq.read_table(run / "arms" / "training.parquet").to_pandas()
+    matched_rounds = 0
     for (seed, round_), rows in training.groupby(["seed", "round"]):
         able = rows[rows["kept"] > 0]
+        if able.empty:  # every group of the round had one outcome: no arm had anything to train on
+            assert (rows["steps"] == 0).all()
+            continue
+        matched_rounds += len(able) >= 2
         assert able["steps"].nunique() == 1
         assert able["steps"].iloc[0] == able["natural_steps"].min() > 0
         plan = json.loads((run / "arms" / "checkpoints" / f"seed-{seed}" / f"round-{round_}" / "plan.json").read_text())
         assert plan["unmatched"] == sorted(rows[rows["kept"] == 0]["arm"])  # the judge gave no credit: listed
+    assert matched_rounds >= 1  # the equalisation was exercised on at least one round with two arms
     assert (training["natural_steps"] > training["steps"]).any()  # some arm was held back
     assert doc.settings["arms"]["dose_matched"] is True
 
