@@ -951,7 +951,9 @@ def build_default_policy(
         Auxiliary prompt-token loss weight (see :func:`train_behaviour_cloning`).
     demo_workers : int, default min(2, CPUs)
         Processes playing the demonstrations on ALFWorld (only with the default ``env_factory``;
-        the result does not depend on it).
+        the result does not depend on it). They are started with ``spawn``: a script that calls
+        this must do so under ``if __name__ == "__main__":`` (or pass 1), as with
+        ``multiprocessing`` anywhere.
     progress : callable, optional
         ``progress(stage, done, total)``.
 
