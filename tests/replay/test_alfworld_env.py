@@ -179,3 +179,37 @@ def test_every_task_type_restores_mid_walkthrough(game_by_type, alfworld_env, ta
     middle = len(game.walkthrough) // 2
     report = check_restore(alfworld_env, game.task, list(game.walkthrough), starts=[middle, 1])
     assert report.n_steps == len(game.walkthrough) and alfworld_env.won
+
+
+@pytest.mark.parametrize("task_type", ["pick_heat_then_place_in_recep", "look_at_obj_in_light", "pick_two_obj_and_place"])
+def test_textworld_shortcuts_change_nothing_the_engine_shows(game_by_type, task_type):
+    """Every observation, admissible list, outcome and state signature is the same with
+    textworld's grammar parsers memoised and its contexts copied shallowly as without (fresh
+    engines, so nothing is shared)."""
+    import textworld.envs.pddl.textgen as textgen
+    import textworld.logic as logic
+
+    from creditaudit.replay.alfworld_env import textworld_shortcuts
+
+    game = game_by_type[task_type]
+    with AlfworldEnv(horizon=60, reuse_engine=False) as probe:
+        actions = random_actions(probe, game.task, 12, rng=np.random.default_rng(11), p_inadmissible=0.1)
+    actions += ["look", "inventory"] + list(game.walkthrough)
+
+    def play(enabled: bool) -> list:
+        with textworld_shortcuts(enabled), AlfworldEnv(horizon=60, reuse_engine=False) as env:
+            obs = env.reset(game.task)
+            seen = [(obs.text, obs.admissible, env.state_signature())]
+            for a in actions:
+                r = env.step(a)
+                seen.append((r.text, r.admissible, r.done, r.won, env.state_signature()))
+                if r.done:
+                    break
+            return seen
+
+    memoised, plain = play(True), play(False)
+    assert getattr(textgen._parse_and_convert, "_creditaudit_memo", False)
+    assert getattr(logic._parse_and_convert, "_creditaudit_memo", False)
+    assert getattr(textgen.copy_context, "_creditaudit_shortcut", False)
+    assert memoised == plain
+    assert len(memoised) > 12 and len({row[-1] for row in memoised}) > 5  # the world did change
