@@ -670,6 +670,98 @@ class HFPolicy:
                     results[i] = ActionScore(tuple(action_ids[i]), tuple(values), stop)
         return results  # type: ignore[return-value]
 
+    def score_candidates(
+        self,
+        prompts: Sequence[str],
+        candidates: Sequence[Sequence[str]],
+        *,
+        include_stop: bool = True,
+        batch_size: int | None = None,
+    ) -> list[list[ActionScore]]:
+        """Token log-probabilities of every candidate action after its prompt, encoding each
+        prompt once.
+
+        The same quantities as :meth:`score` on every (prompt, candidate) pair, computed the way
+        candidate rankers do it: one forward pass over the prompts (keeping their key/value
+        cache), then one over all candidates' tokens, each candidate row reading its prompt's
+        cache. With ``m`` candidates of ``k`` tokens after a prompt of ``L`` tokens this costs
+        ``L + m k`` token positions instead of ``m (L + k)``. Results agree with :meth:`score`
+        to float rounding (about 1e-7).
+
+        Parameters
+        ----------
+        prompts : sequence of str
+        candidates : sequence of sequence of str
+            ``candidates[i]``: the actions scored after ``prompts[i]`` (each non-empty).
+        include_stop : bool, default True
+            Also return the end-of-sequence log-probability after each action.
+        batch_size : int, optional
+            Candidate rows per forward pass (default: the policy's); a prompt's candidates are
+            never split, so a pass can hold more when one prompt has more candidates.
+
+        Returns
+        -------
+        list of list of ActionScore
+            ``[i][j]`` scores ``candidates[i][j]`` after ``prompts[i]``.
+        """
+        torch = self._torch
+        if len(prompts) != len(candidates):
+            raise ValueError(f"`candidates` must have one list per prompt; got {len(candidates)} for {len(prompts)}")
+        prompt_ids = [self.encode_prompt(p) for p in prompts]
+        action_ids: list[list[list[int]]] = []
+        for i, cands in enumerate(candidates):
+            row = []
+            for j, a in enumerate(cands):
+                ids = self.encode_action(a)
+                if not ids:
+                    raise InputError(f"`candidates[{i}][{j}]` ({a!r}) tokenizes to no tokens; an action must be a "
+                                     "non-empty string")
+                row.append(ids)
+            action_ids.append(row)
+        size = batch_size or self.batch_size
+        order = sorted(range(len(prompts)), key=lambda i: len(prompt_ids[i]))
+        chunks: list[list[int]] = []
+        for i in order:
+            if chunks and sum(len(action_ids[k]) for k in chunks[-1]) + len(action_ids[i]) <= size:
+                chunks[-1].append(i)
+            else:
+                chunks.append([i])
+        results: list[list[ActionScore]] = [[] for _ in prompts]
+        with torch.inference_mode():
+            for chunk in chunks:
+                chunk = [i for i in chunk if action_ids[i]]
+                if not chunk:
+                    continue
+                ids, mask, positions = self._left_pad([prompt_ids[i] for i in chunk])
+                first, cache = self._forward(ids, mask, positions, use_cache=True, keep=1)
+                first_logp = torch.log_softmax(first[:, -1].float(), dim=-1)
+                rows = [(b, i, j) for b, i in enumerate(chunk) for j in range(len(action_ids[i]))]
+                targets = [action_ids[i][j] + ([self.eos_token_id] if include_stop else []) for _, i, j in rows]
+                width = max(len(t) for t in targets) - 1
+                logp = None
+                if width > 0:
+                    index = torch.tensor([b for b, _, _ in rows], dtype=torch.long, device=ids.device)
+                    feed = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
+                    feed_mask = torch.zeros((len(rows), width), dtype=torch.long)
+                    for r, t in enumerate(targets):
+                        if len(t) > 1:
+                            feed[r, : len(t) - 1] = torch.tensor(t[:-1], dtype=torch.long)
+                            feed_mask[r, : len(t) - 1] = 1
+                    cache.reorder_cache(index)
+                    full_mask = torch.cat([mask.index_select(0, index), feed_mask.to(mask.device)], dim=1)
+                    start = positions[:, -1:].index_select(0, index) + 1
+                    pos = start + torch.arange(width, device=ids.device)[None, :]
+                    logits, _ = self._forward(feed.to(ids.device), full_mask, pos, cache=cache)
+                    logp = torch.log_softmax(logits.float(), dim=-1)
+                for r, ((b, i, j), t) in enumerate(zip(rows, targets)):
+                    values = [float(first_logp[b, t[0]])]
+                    if len(t) > 1:
+                        tgt = torch.tensor(t[1:], device=logp.device)
+                        values += logp[r, : len(t) - 1].gather(-1, tgt[:, None])[:, 0].double().cpu().tolist()
+                    stop = values.pop() if include_stop else None
+                    results[i].append(ActionScore(tuple(action_ids[i][j]), tuple(values), stop))
+        return results
+
     # ---------------------------------------------------------------- sampling
 
     def sample(
@@ -763,17 +855,22 @@ class HFPolicy:
             raise ValueError(f"`candidates` must have one list per prompt; got {len(candidates)} for {len(prompts)}")
         if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature >= 0):
             raise ValueError(f"`temperature` must be a finite number >= 0; got {temperature!r}")
-        # Each distinct (prompt, candidate) pair is scored once: several draws from one state (the
-        # replay's search for alternatives, a group's rollouts at their shared first turn) share it.
-        unique: dict[tuple[str, str], int] = {}
-        rows_of: list[list[tuple[str, int]]] = []
+        # Each distinct (prompt, candidate) pair is scored once, and each distinct prompt encoded
+        # once: several draws from one state (the replay's search for alternatives, a group's
+        # rollouts at their shared first turn) share them.
+        prompt_index: dict[str, int] = {}
+        cands_of: list[dict[str, int]] = []
+        rows_of: list[list[tuple[str, int, int]]] = []
         for i, (prompt, cands) in enumerate(zip(prompts, candidates)):
             if not cands:
                 raise ValueError(f"`candidates[{i}]` is empty: admissible decoding needs at least one command")
-            rows_of.append([(c, unique.setdefault((prompt, c), len(unique))) for c in cands])
-        pairs = list(unique)
-        scores = self.score([p for p, _ in pairs], [a for _, a in pairs], include_stop=True, batch_size=batch_size)
-        per_row: list[list[tuple[str, ActionScore]]] = [[(c, scores[k]) for c, k in row] for row in rows_of]
+            k = prompt_index.setdefault(prompt, len(prompt_index))
+            if k == len(cands_of):
+                cands_of.append({})
+            rows_of.append([(c, k, cands_of[k].setdefault(c, len(cands_of[k]))) for c in cands])
+        scores = self.score_candidates(list(prompt_index), [list(c) for c in cands_of], include_stop=True,
+                                       batch_size=batch_size)
+        per_row: list[list[tuple[str, ActionScore]]] = [[(c, scores[k][j]) for c, k, j in row] for row in rows_of]
         out = []
         for seed, rows in zip(seeds, per_row):
             if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0 or seed >= 2**64:

@@ -480,3 +480,25 @@ def test_constrained_decoding_at_zero_temperature_takes_the_best_token_at_every_
     greedy = TRIE[seqs.index(prefix)]
     for seed in (1, 2, 3):
         assert masking_policy.sample([prompt], seeds=[seed], temperature=0, candidates=[TRIE])[0].text == greedy
+
+
+@pytest.mark.parametrize("include_stop", [True, False])
+@pytest.mark.parametrize("batch_size", [1, 5, 64])
+def test_score_candidates_equals_scoring_every_pair(policy, include_stop, batch_size):
+    """The shared-prompt scoring pass gives :meth:`score`'s numbers (full forward pass per pair),
+    whatever the prompt lengths, candidate counts and lengths (one-token "look" included) and
+    batch size."""
+    prompts = _prompts(policy, 4)
+    prompts[1] = prompts[1] + " look look"  # prompts of different lengths: left padding differs
+    candidates = [TRIE, ["look"], TRIE[:3], ADMISSIBLE]
+    got = policy.score_candidates(prompts, candidates, include_stop=include_stop, batch_size=batch_size)
+    for prompt, cands, row in zip(prompts, candidates, got):
+        want = policy.score([prompt] * len(cands), list(cands), include_stop=include_stop)
+        assert len(row) == len(cands)
+        for w, g in zip(want, row):
+            assert g.token_ids == w.token_ids
+            assert g.token_logprobs == pytest.approx(w.token_logprobs, abs=1e-6)
+            if include_stop:
+                assert g.stop_logprob == pytest.approx(w.stop_logprob, abs=1e-6)
+            else:
+                assert g.stop_logprob is None
