@@ -36,7 +36,7 @@ def main() -> None:
     from creditaudit.demo import run_demo
 
     # Build (or reuse) a demo-size run: policy, frozen protocol, games, collection, replay.
-    run_demo(args.run, quiet=True)
+    run_demo(args.run, quiet=True, through="audit")
 
     from creditaudit.protocol.lock import require_frozen
     from creditaudit.protocol.seeds import SeedStreams

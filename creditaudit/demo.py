@@ -75,12 +75,54 @@ def demo_protocol_text(overrides: dict[str, Any] | None = None) -> str:
     return text
 
 
+def _copy_built_policy(source: Path, target: Path, build: Any) -> None:
+    """Copy a built default policy into the run, refusing one built from another recipe."""
+    from creditaudit.errors import InputError
+    from creditaudit.replay.default_policy import BUILD_RECORD
+
+    record_path = source / BUILD_RECORD
+    if not record_path.is_file():
+        raise InputError(f"{source}: not a built default policy (no {BUILD_RECORD}); build one with "
+                         "`creditaudit policy build` or leave the policy source unset")
+    recorded = json.loads(record_path.read_text("utf-8")).get("build")
+    wanted = build.model_dump(mode="json") if hasattr(build, "model_dump") else dict(build)
+    if recorded != wanted:
+        raise InputError(f"{record_path}: field `build` was built with {recorded}, but the protocol's "
+                         f"policy.build is {wanted}; build the policy from this protocol instead")
+    shutil.copytree(source, target)
+
+
 def _say(message: str) -> None:
     typer.echo(message, err=True)
 
 
-def run_demo(run: Path, *, quiet: bool = False, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Run (or resume) the demo in ``run``; returns what each stage reported."""
+#: The stages :func:`run_demo` can stop after.
+DEMO_STAGES = ("audit", "report")
+
+
+def run_demo(run: Path, *, quiet: bool = False, overrides: dict[str, Any] | None = None,
+             through: str = "report", policy_source: Path | None = None,
+             held_out_games: int = DEMO_HELD_OUT_GAMES) -> dict[str, Any]:
+    """Run (or resume) the demo in ``run``; returns what each stage reported.
+
+    Parameters
+    ----------
+    run : Path
+        Run directory (created; a second call resumes).
+    quiet : bool
+        No progress bars.
+    overrides : dict, optional
+        Departures from the default template (:data:`DEMO_OVERRIDES` when ``None``).
+    through : {"audit", "report"}
+        ``"audit"`` stops after the fidelity audit (no training arms, ledger or report).
+    policy_source : Path, optional
+        An already built default policy (a directory :func:`build_default_policy` wrote) to copy
+        instead of building one; its build record must match the protocol's ``policy.build``.
+    held_out_games : int
+        Held-out games the built policy is measured on.
+    """
+    if through not in DEMO_STAGES:
+        raise ValueError(f"`through` must be one of {DEMO_STAGES}; got {through!r}")
     from creditaudit.progress import progress_bars
     from creditaudit.protocol.cli import pin_policy_text
     from creditaudit.protocol.io import load_protocol
@@ -110,14 +152,18 @@ def run_demo(run: Path, *, quiet: bool = False, overrides: dict[str, Any] | None
     if (target / BUILD_RECORD).is_file():
         _say(f"[2/11] default policy already built in {target}")
     else:
-        _say(f"[2/11] building the default policy in {target} (behaviour cloning on generated games)")
         if target.exists():
             shutil.rmtree(target)  # an interrupted build: start it again
+    if not (target / BUILD_RECORD).is_file() and policy_source is not None:
+        _copy_built_policy(Path(policy_source), target, protocol.policy.build)
+        _say(f"[2/11] copied the default policy from {policy_source}")
+    elif not (target / BUILD_RECORD).is_file():
+        _say(f"[2/11] building the default policy in {target} (behaviour cloning on generated games)")
         with progress_bars(enabled=not quiet) as update:
             build_default_policy(
                 target, protocol.policy.build, history_length=protocol.policy.history_length,
                 eval_temperature=protocol.policy.temperature, games_dir=run / ".policy-build-games",
-                decoding=protocol.policy.decoding, n_held_out=DEMO_HELD_OUT_GAMES,
+                decoding=protocol.policy.decoding, n_held_out=held_out_games,
                 progress=update,
             )
     record = json.loads((target / BUILD_RECORD).read_text())
@@ -160,15 +206,26 @@ def run_demo(run: Path, *, quiet: bool = False, overrides: dict[str, Any] | None
     document = json.loads((run / SUMMARY).read_text())
     report["replay"] = {k: v for k, v in document.items() if k != "measurability"}
     report["measurability"] = document["measurability"]
-    # 7. signals
-    _say("[7/11] credit signals and controls")
-    run_signals(protocol_path, signer)
+    # 7. signals (a finished stage whose inputs and outputs are unchanged is not run again)
+    from creditaudit.protocol.links import stage_is_current
+
+    if stage_is_current(run, "signals", frozen.id, signer.key_id):
+        _say("[7/11] credit signals already computed")
+    else:
+        _say("[7/11] credit signals and controls")
+        run_signals(protocol_path, signer)
     report["signals"] = json.loads((run / SIGNALS_SUMMARY).read_text())
     # 8. audit
-    _say("[8/11] fidelity audit through the frozen decision order")
-    audit = run_audit(protocol_path, signer)
-    report["verdicts"] = dict(audit.sentences)
+    if stage_is_current(run, "audit", frozen.id, signer.key_id):
+        _say("[8/11] fidelity audit already done")
+        sentences = json.loads((run / "audit" / "audit.json").read_text("utf-8"))["sentences"]
+    else:
+        _say("[8/11] fidelity audit through the frozen decision order")
+        sentences = run_audit(protocol_path, signer).sentences
+    report["verdicts"] = dict(sentences)
     report["audit_summary"] = str(run / "audit" / "summary.md")
+    if through == "audit":
+        return report
     # 9. training arms
     from creditaudit.training_arms.stage import run_arms
 

@@ -48,7 +48,37 @@ def test_demo_runs_end_to_end_and_resumes_to_the_same_ledger(tiny_alfworld_polic
     assert set(first["verdicts"]) == {"implicit", "judge", "confidence"}
     ledger_bytes = (run / "ledger" / "ledger.json").read_bytes()
 
+    links_before = sorted(p.name for p in (run / "links").glob("*.link.json"))
     second = run_demo(run, quiet=True, overrides=overrides)  # resumes: nothing new is computed
     assert second["protocol_id"] == first["protocol_id"]
+    assert second["verdicts"] == first["verdicts"]
     assert (run / "ledger" / "ledger.json").read_bytes() == ledger_bytes
     assert verify_ledger(run).ok
+    new_links = sorted(set(p.name for p in (run / "links").glob("*.link.json")) - set(links_before))
+    assert not [name for name in new_links if name.endswith(("-signals.link.json", "-audit.link.json"))], new_links
+
+    from creditaudit.protocol.links import stage_is_current
+    from creditaudit.protocol.signing import PRIVATE_KEY_NAME, load_signer
+
+    key = load_signer(run / "keys" / PRIVATE_KEY_NAME).key_id
+    assert stage_is_current(run, "audit", first["protocol_id"], key)
+    assert not stage_is_current(run, "audit", "0" * 64, key)  # another protocol
+    assert not stage_is_current(run, "audit", first["protocol_id"], "another-key")
+    summary = run / "audit" / "summary.md"
+    summary.write_text(summary.read_text() + "edited\n")  # an output changed: the stage runs again
+    assert not stage_is_current(run, "audit", first["protocol_id"], key)
+
+
+def test_a_copied_policy_must_come_from_the_protocols_build(tiny_alfworld_policy, tmp_path):
+    """``policy_source`` is refused, naming the field, when it was built from another recipe or
+    is not a built policy at all; nothing is copied."""
+    from creditaudit.demo import run_demo
+    from creditaudit.errors import InputError
+
+    with pytest.raises(InputError, match=r"field `build` was built with .*'hidden_size': 16"):
+        run_demo(tmp_path / "run", quiet=True, policy_source=tiny_alfworld_policy)
+    assert not (tmp_path / "run" / "policy").exists()
+    with pytest.raises(InputError, match="not a built default policy"):
+        run_demo(tmp_path / "run", quiet=True, policy_source=tmp_path)
+    with pytest.raises(ValueError, match="`through`"):
+        run_demo(tmp_path / "run", quiet=True, through="arms")

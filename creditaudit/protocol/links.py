@@ -31,6 +31,7 @@ __all__ = [
     "LINK_PREDICATE_TYPE",
     "PAYLOAD_TYPE",
     "LINKS_DIR",
+    "stage_is_current",
     "StageLink",
     "LinkRecord",
     "read_link",
@@ -176,6 +177,31 @@ def read_link(path: str | Path) -> LinkRecord:
         return LinkRecord(path, statement, False, sig.get("keyid", ""))
     ok = key_id(public) == sig.get("keyid") and verify_signature(public, pae(PAYLOAD_TYPE, payload), sig["sig"])
     return LinkRecord(path, statement, ok, sig.get("keyid", ""))
+
+
+def stage_is_current(run_dir: str | Path, stage: str, protocol_id: str, key_id: str) -> bool:
+    """Whether ``stage`` need not run again: its latest link record in ``run_dir`` is signed by
+    ``key_id`` for ``protocol_id``, and every input it read and every output it wrote is still on
+    disk with the recorded SHA-256.
+
+    A resumed pipeline uses this to skip a finished stage; anything changed, missing or signed by
+    another key makes the stage run again (and attest again).
+    """
+    run_dir = Path(run_dir)
+    records = sorted((run_dir / LINKS_DIR).glob(f"*-{stage}.link.json"))
+    if not records:
+        return False
+    try:
+        record = read_link(records[-1])
+    except CheckFailed:
+        return False
+    if not record.signature_ok or record.key_id != key_id or record.protocol_id != protocol_id:
+        return False
+    for entry in [*record.materials, *record.products]:
+        full = run_dir / entry["name"]
+        if not full.is_file() or sha256_file(full) != entry["digest"]["sha256"]:
+            return False
+    return bool(record.products)
 
 
 def verify_links(
