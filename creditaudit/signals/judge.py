@@ -281,7 +281,8 @@ class LocalJudge:
     Parameters
     ----------
     model : HFPolicy
-        The judge model (anything with ``tokenizer``, ``prompt_builder.mode`` and ``score``).
+        The judge model (anything with ``tokenizer``, ``prompt_builder.mode`` and ``score``; its
+        ``score_candidates`` is used when it has one).
     judge_id : str
     max_negative : int, default 1
     """
@@ -304,9 +305,13 @@ class LocalJudge:
     def judge(self, trajectory: Trajectory) -> JudgeVerdict:
         body = judge_prompt(trajectory, max_negative=self.max_negative)
         prompts = [self.turn_prompt(body, rec.turn) for rec in trajectory.turns]
-        rows = [p for p in prompts for _ in JUDGE_CHOICES]
-        choices = [c for _ in prompts for c in JUDGE_CHOICES]
-        scored = self.model.score(rows, choices)
+        if hasattr(self.model, "score_candidates"):  # each turn's prompt encoded once for its three choices
+            scored = [s for row in self.model.score_candidates(prompts, [list(JUDGE_CHOICES)] * len(prompts),
+                                                                include_stop=False) for s in row]
+        else:
+            rows = [p for p in prompts for _ in JUDGE_CHOICES]
+            choices = [c for _ in prompts for c in JUDGE_CHOICES]
+            scored = self.model.score(rows, choices)
         lp = np.array([s.sum_logprob for s in scored], dtype=float).reshape(len(prompts), len(JUDGE_CHOICES))
         scores = constrained_scores(lp, max_negative=self.max_negative)
         return JudgeVerdict(scores, None, "constrained", 1, [], [sha256_bytes(p.encode("utf-8")) for p in prompts], lp)
