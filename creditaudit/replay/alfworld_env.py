@@ -247,6 +247,7 @@ class AlfworldEnv:
         self._initial: AlfworldSnapshot | None = None
         self._task: Task | None = None
         self._generation = 0
+        self._facts_by_state: dict[int, list[str]] = {}
         self._steps = 0
         self._done = False
         self._won = False
@@ -272,6 +273,7 @@ class AlfworldEnv:
         from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
 
         accelerate_textworld()
+        self._facts_by_state.clear()  # any load replaces the planner's state registry
         # fast_downward's translator overwrites sys.argv on every PDDL translation.
         argv = list(sys.argv)
         try:
@@ -303,12 +305,19 @@ class AlfworldEnv:
         return text, infos
 
     def _planner_facts(self) -> list[str]:
+        """The planner's true atoms, sorted. Memoised by the planner's state id, which names one
+        state of its registry until the next load (a load clears the memo)."""
         from textworld.envs.pddl.logic import Atom
 
         lib = self._pddl.downward_lib
-        atoms = (Atom * lib.get_state_size())()
-        lib.get_state(atoms)
-        return sorted(a.name for a in atoms if not a.name.startswith("NegatedAtom"))
+        state_id = int(lib.get_state_id())
+        facts = self._facts_by_state.get(state_id)
+        if facts is None:
+            atoms = (Atom * lib.get_state_size())()
+            lib.get_state(atoms)
+            facts = sorted(a.name for a in atoms if not a.name.startswith("NegatedAtom"))
+            self._facts_by_state[state_id] = facts
+        return list(facts)
 
     def _capture(self) -> AlfworldSnapshot:
         pddl = self._pddl

@@ -213,3 +213,22 @@ def test_textworld_shortcuts_change_nothing_the_engine_shows(game_by_type, task_
     assert getattr(textgen.copy_context, "_creditaudit_shortcut", False)
     assert memoised == plain
     assert len(memoised) > 12 and len({row[-1] for row in memoised}) > 5  # the world did change
+
+
+def test_memoised_planner_facts_match_a_fresh_read_across_restores_and_loads(game_by_type, alfworld_env):
+    """The fact memo is keyed by the planner's state id: after steps, restores and a load of
+    another game, every signature equals the one computed with the memo emptied."""
+    first, second = game_by_type["pick_cool_then_place_in_recep"], game_by_type["pick_and_place_simple"]
+    seen = []
+    for game in (first, second, first):
+        alfworld_env.reset(game.task)
+        snap = alfworld_env.snapshot()
+        for action in list(game.walkthrough)[:4] + ["look"]:
+            alfworld_env.step(action)
+            memoised = alfworld_env.state_signature()
+            alfworld_env._facts_by_state.clear()
+            assert alfworld_env.state_signature() == memoised
+            seen.append(memoised)
+        alfworld_env.restore(snap)
+        assert alfworld_env.state_signature() == snap.signature
+    assert len(set(seen)) > 5
