@@ -656,6 +656,13 @@ def _settings_iv(task_types: Sequence[str], games_per_type: int, max_objects: in
     return task_types, fps
 
 
+def _generate_share(job: tuple[str, list[str], list[int], dict[str, Any]]) -> int:
+    """Worker: generate and verify the games of some task types (see ``generate_games(workers=)``)."""
+    out_dir, task_types, root, kwargs = job
+    report = generate_games(out_dir, task_types=task_types, rng=np.random.default_rng(0), _root=root, **kwargs)
+    return len(report.games)
+
+
 def generate_games(
     out_dir: str | os.PathLike[str],
     *,
@@ -667,6 +674,8 @@ def generate_games(
     rng: np.random.Generator,
     progress: Callable[[int, int, GeneratedGame | None], None] | None = None,
     env: Any = None,
+    workers: int = 1,
+    _root: Sequence[int] | None = None,
 ) -> GenerationReport:
     """Write and verify ``games_per_type`` games of each task type under ``out_dir``.
 
@@ -690,6 +699,10 @@ def generate_games(
         candidate was discarded).
     env : AlfworldEnv, optional
         Engine instance used for verification (one is made and closed otherwise).
+    workers : int, default 1
+        Engine processes that verify games in parallel (started with ``spawn``: a script calling
+        this with ``workers > 1`` needs an ``if __name__ == "__main__":`` guard). Ignored when
+        ``env`` is given. The games do not depend on it: each is a function of its own seed.
 
     Returns
     -------
@@ -708,9 +721,24 @@ def generate_games(
     task_types, fps = _settings_iv(task_types, games_per_type, max_objects, max_receptacles, floorplans)
     if not isinstance(rng, np.random.Generator):
         raise TypeError("`rng` must be a numpy.random.Generator (the protocol's `games/generate` stream)")
-    root = [int(v) for v in rng.integers(0, 2**32, size=4, dtype=np.uint64)]
+    root = [int(v) for v in rng.integers(0, 2**32, size=4, dtype=np.uint64)] if _root is None else list(_root)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    if env is None and workers > 1:
+        # Each worker writes and verifies the games of some task types; the loop below then
+        # finds them written and only reads them back (the resume path), in the usual order.
+        missing = [t for t in task_types
+                   if any(not (out / f"{t}-{k:04d}" / GAME_FILE).exists() for k in range(games_per_type))]
+        if len(missing) > 1:
+            import multiprocessing as mp
+            from concurrent.futures import ProcessPoolExecutor
+
+            shares = [missing[i::workers] for i in range(min(workers, len(missing)))]
+            kwargs = {"games_per_type": games_per_type, "max_objects": max_objects,
+                      "max_receptacles": max_receptacles, "floorplans": floorplans}
+            with ProcessPoolExecutor(max_workers=len(shares), mp_context=mp.get_context("spawn")) as pool:
+                for _ in pool.map(_generate_share, [(str(out), share, root, kwargs) for share in shares]):
+                    pass
     candidates = {t: floorplans_for(t, fps) for t in task_types}
     for t, c in candidates.items():
         if not c:

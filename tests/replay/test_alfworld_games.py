@@ -121,6 +121,20 @@ def test_same_seed_gives_byte_identical_games_and_resume(tmp_path):
         generate_games(tmp_path / "a", rng=np.random.default_rng(7), **kwargs)
 
 
+def test_parallel_generation_writes_the_serial_games(tmp_path):
+    """Two engine processes write exactly the games (and records, discard counts included) that
+    one process writes, reported in the same order."""
+    kwargs = dict(task_types=["pick_and_place_simple", "look_at_obj_in_light", "pick_clean_then_place_in_recep"],
+                  games_per_type=1, max_objects=10, max_receptacles=8)
+    serial = generate_games(tmp_path / "serial", rng=np.random.default_rng(3), **kwargs)
+    parallel = generate_games(tmp_path / "parallel", rng=np.random.default_rng(3), workers=2, **kwargs)
+    assert [g.task_id for g in parallel.games] == [g.task_id for g in serial.games]
+    assert parallel.discarded == serial.discarded
+    assert parallel.resumed == len(serial.games)  # the workers wrote them; the main loop read them back
+    for a, b in zip(serial.games, parallel.games):
+        assert (a.path.parent / "traj_data.json").read_bytes() == (b.path.parent / "traj_data.json").read_bytes()
+
+
 @pytest.mark.slow
 def test_game_sources(alfworld_games, tmp_path, monkeypatch):
     root = alfworld_games.games[0].path.parent.parent
