@@ -69,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--held-out", type=int, default=24, help="held-out games (spread over the six task types)")
     parser.add_argument("--rollouts", type=int, default=1, help="rollouts per held-out game")
     parser.add_argument("--temperature", type=float, default=0.7)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads during the build (default: the recipe's)")
     parser.add_argument("--decodings", default="constrained,admissible,free",
                         help="comma-separated decodings to measure the built policy with (the first during the build)")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "policy_bench.json")
@@ -93,9 +94,10 @@ def main(argv: list[str] | None = None) -> int:
 
         decodings = [d.strip() for d in args.decodings.split(",") if d.strip()]
         t0 = time.perf_counter()
+        extra = {} if args.threads is None else {"threads": args.threads}
         result = build_default_policy(
             policy_dir, build, games_dir=games_dir, n_held_out=args.held_out, eval_rollouts=args.rollouts,
-            eval_temperature=args.temperature, decoding=decodings[0], progress=progress,
+            eval_temperature=args.temperature, decoding=decodings[0], progress=progress, **extra,
         )
         total = time.perf_counter() - t0
         by_decoding = {decodings[0]: _held_out(result["evaluation"])}

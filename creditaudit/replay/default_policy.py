@@ -790,10 +790,13 @@ BUILD_RECORD = "creditaudit_policy.json"
 """Build record written beside the model (not part of the policy's identity hashes)."""
 DEFAULT_HELD_OUT_GAMES = 24
 """Held-out games generated to measure a built policy (4 per task type)."""
-BUILD_THREADS = 1
+BUILD_THREADS = max(1, min(2, os.cpu_count() or 1))
 """Torch threads during the build: fixed, because the reduction order of CPU kernels (and so the
-last bits of the weights) may depend on the thread count; one, because on a shared 2-core
-machine two threads measured 0.4 s -> 3 s per training step when the other core was busy."""
+last bits of the weights) may depend on the thread count (the default recipe measured
+byte-identical weights with one and two threads); two where there are two cores: training took
+179 s instead of 266 s on an otherwise idle 2-core machine. A second thread that must wait for a
+core another process keeps busy slows training several-fold (0.4 s -> 3 s a step measured), so
+pass ``threads=1`` when the machine is shared."""
 
 CONTEXT_LOSS_WEIGHT = 0.0
 """Weight of the auxiliary next-token loss on prompt tokens (see :func:`train_behaviour_cloning`)."""
@@ -850,12 +853,13 @@ def _stream_root(seed: int) -> str:
 
 
 def generate_build_games(out_dir: str | Path, n: int, *, seed: int, purpose: str, env: Any = None,
-                         progress: Callable[[str, int, int], None] | None = None) -> list[Any]:
+                         progress: Callable[[str, int, int], None] | None = None, workers: int = 1) -> list[Any]:
     """``n`` verified generated games for a build, from the build seed's stream ``policy/<purpose>``.
 
     Games are generated round-robin over the six task types (``ceil(n / 6)`` per type) and the
     first ``n`` in type-interleaved order are returned, so every type is represented. Games
-    already written there by the same seed are reused (the generator resumes).
+    already written there by the same seed are reused (the generator resumes). ``workers`` engine
+    processes verify them when ``env`` is not given (the games do not depend on it).
     """
     from creditaudit.replay.alfworld_games import TASK_TYPES, generate_games
 
@@ -866,6 +870,7 @@ def generate_build_games(out_dir: str | Path, n: int, *, seed: int, purpose: str
         rng=seed_streams.rng(_stream_root(seed), f"policy/{purpose}"),
         env=env,
         progress=None if progress is None else (lambda d, t, g: progress(f"generate/{purpose}", d, t)),
+        workers=workers,
     )
     by_type: dict[str, list[Any]] = {}
     for g in report.games:
@@ -943,15 +948,14 @@ def build_default_policy(
         Sampling temperature and rollouts per held-out game (horizon 30).
     decoding : {"free", "admissible"}, default "free"
         How the built policy is evaluated (the protocol's ``policy.decoding``).
-    threads : int, default 1
-        Torch threads during the build (part of what makes the weights reproducible; one thread
-        is also the fastest on a shared 2-core machine, where a second OpenMP thread that has to
-        wait for a busy core slows training several-fold).
+    threads : int, default min(2, CPUs)
+        Torch threads during the build (see :data:`BUILD_THREADS`: pass 1 on a machine whose other
+        core is busy).
     context_weight : float, default 0.0
         Auxiliary prompt-token loss weight (see :func:`train_behaviour_cloning`).
     demo_workers : int, default min(2, CPUs)
-        Processes playing the demonstrations on ALFWorld (only with the default ``env_factory``;
-        the result does not depend on it). They are started with ``spawn``: a script that calls
+        Processes generating the games and playing the demonstrations on ALFWorld (only with the
+        default ``env_factory``; the result does not depend on it). They are started with ``spawn``: a script that calls
         this must do so under ``if __name__ == "__main__":`` (or pass 1), as with
         ``multiprocessing`` anywhere.
     progress : callable, optional
@@ -998,12 +1002,14 @@ def build_default_policy(
             try:
                 if train_games is None:
                     train_games = generate_build_games(games_dir, int(args["train_games"]), seed=seed,
-                                                       purpose="train-games", env=env, progress=progress)
+                                                       purpose="train-games", env=None if parallel else env,
+                                                       progress=progress, workers=demo_workers)
                 timings["generate"] = time.perf_counter() - t0
                 t0 = time.perf_counter()
                 if evaluate and held_out_games is None:
                     held_out_games = generate_build_games(games_dir, n_held_out, seed=seed,
-                                                          purpose="held-out-games", env=env, progress=progress)
+                                                          purpose="held-out-games", env=None if parallel else env,
+                                                          progress=progress, workers=demo_workers)
                 timings["generate_held_out"] = time.perf_counter() - t0
 
                 t0 = time.perf_counter()
