@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -220,6 +221,49 @@ def _draw_alternatives(plans: list[_TurnPlan], *, policy: Any, builder: PromptBu
         pending = still
 
 
+def _run_arms(env: Environment, policy: Any, builder: PromptBuilder, plans: list[_TurnPlan], *, goal: str,
+              streams: SeedStreams, traj: str, settings: ReplaySettings, signatures: list[str],
+              counters: dict[str, int], on_step: Callable[[int], None] | None) -> None:
+    """Step 3 of :func:`replay_trajectory`: the arms of every complete turn, advanced together."""
+    cache = TransitionCache()
+    all_rollouts: list[Rollout] = []
+    forced: dict[Any, str] = {}
+    for plan in plans:
+        if plan.status != "complete":
+            continue
+        arms = [("fact", -1, plan.action, settings.n_fact)] + [
+            (f"alt{k}", k, alt, settings.n_alt) for k, alt in enumerate(plan.alternatives)
+        ]
+        if sum(n for *_, n in arms) > settings.max_rollouts_per_turn:
+            plan.status = "incomplete"
+            continue
+        for arm, k, first, n in arms:
+            for rep in range(n):
+                env.restore(plan.snapshot)
+                counters["restore_checks"] += 1
+                restore_ok = env.state_signature() == signatures[plan.turn]
+                stream = f"replay/{traj}/{plan.turn}/{arm}/{rep}"
+                key = (plan.turn, arm, rep)
+                rollout = Rollout(key=key, goal=goal, snapshot=plan.snapshot, signature=plan.signature,
+                                  observation=plan.observation, admissible=plan.admissible,
+                                  history=list(plan.history), steps=plan.turn)
+                forced[key] = first
+                plan.rollouts.append((arm, k, rep, rollout, stream, restore_ok))
+                all_rollouts.append(rollout)
+    start_steps = {id(r): r.steps for r in all_rollouts}
+    streams_of = {r.key: s for plan in plans for (_, _, _, r, s, _) in plan.rollouts}
+
+    def seed_for(rollout: Rollout) -> int:
+        return streams.seed_int(f"{streams_of[rollout.key]}/{rollout.steps - start_steps[id(rollout)]}")
+
+    advance(env, policy, builder, all_rollouts, seed_for=seed_for, temperature=settings.rollout_temperature,
+            max_action_tokens=settings.max_action_tokens, first_actions=forced, record=True, cache=cache,
+            on_step=on_step)
+    counters["engine_steps"] += cache.misses
+    counters["cache_hits"] = cache.hits
+    counters["rollouts"] = len(all_rollouts)
+
+
 def replay_trajectory(
     env: Environment,
     policy: Any,
@@ -275,47 +319,14 @@ def replay_trajectory(
             counters["divergences"] += 1
             diverged = True
 
-    # 2. alternatives
-    _draw_alternatives(plans, policy=policy, builder=builder, goal=goal, streams=streams, traj=traj, settings=settings)
-
-    # 3. the arms of every turn, advanced together
-    cache = TransitionCache()
-    all_rollouts: list[Rollout] = []
-    forced: dict[Any, str] = {}
-    for plan in plans:
-        if plan.status != "complete":
-            continue
-        arms = [("fact", -1, plan.action, settings.n_fact)] + [
-            (f"alt{k}", k, alt, settings.n_alt) for k, alt in enumerate(plan.alternatives)
-        ]
-        if sum(n for *_, n in arms) > settings.max_rollouts_per_turn:
-            plan.status = "incomplete"
-            continue
-        for arm, k, first, n in arms:
-            for rep in range(n):
-                env.restore(plan.snapshot)
-                counters["restore_checks"] += 1
-                restore_ok = env.state_signature() == signatures[plan.turn]
-                stream = f"replay/{traj}/{plan.turn}/{arm}/{rep}"
-                key = (plan.turn, arm, rep)
-                rollout = Rollout(key=key, goal=goal, snapshot=plan.snapshot, signature=plan.signature,
-                                  observation=plan.observation, admissible=plan.admissible,
-                                  history=list(plan.history), steps=plan.turn)
-                forced[key] = first
-                plan.rollouts.append((arm, k, rep, rollout, stream, restore_ok))
-                all_rollouts.append(rollout)
-    start_steps = {id(r): r.steps for r in all_rollouts}
-    streams_of = {r.key: s for plan in plans for (_, _, _, r, s, _) in plan.rollouts}
-
-    def seed_for(rollout: Rollout) -> int:
-        return streams.seed_int(f"{streams_of[rollout.key]}/{rollout.steps - start_steps[id(rollout)]}")
-
-    advance(env, policy, builder, all_rollouts, seed_for=seed_for, temperature=settings.rollout_temperature,
-            max_action_tokens=settings.max_action_tokens, first_actions=forced, record=True, cache=cache,
-            on_step=on_step)
-    counters["engine_steps"] += cache.misses
-    counters["cache_hits"] = cache.hits
-    counters["rollouts"] = len(all_rollouts)
+    # 2. alternatives. From here on the unit's rollouts revisit its turns' decision points, so the
+    # policy remembers every (prompt, candidate) score it computes for the rest of the unit.
+    memo = policy.scoring_memo() if hasattr(policy, "scoring_memo") else nullcontext()
+    with memo:
+        _draw_alternatives(plans, policy=policy, builder=builder, goal=goal, streams=streams, traj=traj,
+                           settings=settings)
+        _run_arms(env, policy, builder, plans, goal=goal, streams=streams, traj=traj, settings=settings,
+                  signatures=signatures, counters=counters, on_step=on_step)
 
     # 4. tables
     turn_rows: dict[str, list] = {f.name: [] for f in TURN_TABLE_SCHEMA}

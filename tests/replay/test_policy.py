@@ -482,16 +482,35 @@ def test_constrained_decoding_at_zero_temperature_takes_the_best_token_at_every_
         assert masking_policy.sample([prompt], seeds=[seed], temperature=0, candidates=[TRIE])[0].text == greedy
 
 
+def _scorer(policy, path):
+    """A policy on ``policy``'s model scoring candidates by ``path``: ``tree`` (one pass, tree
+    attention mask; sdpa), ``tree-eager`` (the same under eager attention), or ``cached`` (the
+    fallback for attention without custom masks: prompt cache, then every candidate row)."""
+    out = HFPolicy(policy.model, policy.tokenizer, history_length=2, max_action_tokens=6)
+    if path == "cached":
+        out._tree_attention = False
+    return out
+
+
+@pytest.mark.parametrize("path", ["tree", "tree-eager", "cached"])
 @pytest.mark.parametrize("include_stop", [True, False])
-@pytest.mark.parametrize("batch_size", [1, 5, 64])
-def test_score_candidates_equals_scoring_every_pair(policy, include_stop, batch_size):
+@pytest.mark.parametrize("batch_size", [1, 3, 64])
+def test_score_candidates_equals_scoring_every_pair(policy, path, include_stop, batch_size):
     """The shared-prompt scoring pass gives :meth:`score`'s numbers (full forward pass per pair),
-    whatever the prompt lengths, candidate counts and lengths (one-token "look" included) and
-    batch size."""
-    prompts = _prompts(policy, 4)
-    prompts[1] = prompts[1] + " look look"  # prompts of different lengths: left padding differs
-    candidates = [TRIE, ["look"], TRIE[:3], ADMISSIBLE]
-    got = policy.score_candidates(prompts, candidates, include_stop=include_stop, batch_size=batch_size)
+    whatever the prompt lengths, candidate counts and lengths (one-token "look" included, shared
+    prefixes, a candidate that is a prefix of another, a repeated candidate), batch size and scoring
+    path."""
+    scorer = _scorer(policy, path)
+    implementation = policy.model.config._attn_implementation
+    if path == "tree-eager":
+        policy.model.config._attn_implementation = "eager"
+    try:
+        prompts = _prompts(scorer, 5)
+        prompts[1] = prompts[1] + " look look"  # prompts of different lengths: left padding differs
+        candidates = [TRIE, ["look"], TRIE[:3], ADMISSIBLE, ["go to desk", "go to desk 1", "look", "go to desk"]]
+        got = scorer.score_candidates(prompts, candidates, include_stop=include_stop, batch_size=batch_size)
+    finally:
+        policy.model.config._attn_implementation = implementation
     for prompt, cands, row in zip(prompts, candidates, got):
         want = policy.score([prompt] * len(cands), list(cands), include_stop=include_stop)
         assert len(row) == len(cands)
@@ -502,3 +521,56 @@ def test_score_candidates_equals_scoring_every_pair(policy, include_stop, batch_
                 assert g.stop_logprob == pytest.approx(w.stop_logprob, abs=1e-6)
             else:
                 assert g.stop_logprob is None
+
+
+def test_tree_scoring_is_one_pass_over_each_prompt_and_its_prefix_tree(policy, monkeypatch):
+    """Tree scoring feeds one row per prompt: the prompt's tokens and one token per distinct
+    candidate prefix (not per candidate token) -- the cost it claims."""
+    scorer = _scorer(policy, "tree")
+    widths = []
+    original = scorer._forward
+
+    def spy(ids, mask, positions, **kwargs):
+        widths.append(tuple(ids.shape))
+        assert mask.shape == (ids.shape[0], 1, ids.shape[1], ids.shape[1])
+        return original(ids, mask, positions, **kwargs)
+
+    monkeypatch.setattr(scorer, "_forward", spy)
+    prompt = _prompts(scorer, 1)[0]
+    scorer.score_candidates([prompt], [TRIE], include_stop=True)
+    tok = scorer.tokenizer
+    seqs = [tok(c, add_special_tokens=False)["input_ids"] for c in TRIE]
+    prefixes = {tuple(s[: d + 1]) for s in seqs for d in range(len(s))}  # inputs: every proper prefix of action + eos
+    n_prompt = len(scorer.encode_prompt(prompt))
+    assert widths == [(1, n_prompt + len(prefixes))]
+    assert len(prefixes) < sum(len(s) for s in seqs)  # the tree is smaller than the candidates
+
+
+def test_scoring_memo_scores_a_pair_once_and_changes_nothing(policy, monkeypatch):
+    """Inside ``scoring_memo`` a (prompt, candidate) pair already scored costs no forward pass; the
+    numbers are those of a memo-less call; nothing is remembered after the block."""
+    scorer = _scorer(policy, "tree")
+    prompts = _prompts(scorer, 3)
+    plain = scorer.score_candidates(prompts, [TRIE] * 3)
+    passes = []
+    original = scorer._forward
+    monkeypatch.setattr(scorer, "_forward", lambda *a, **k: passes.append(a[0].shape) or original(*a, **k))
+    with scorer.scoring_memo():
+        first = scorer.score_candidates(prompts[:2], [TRIE[:2]] * 2)
+        n_first = len(passes)
+        with scorer.scoring_memo():  # nested: shares the outer memory
+            again = scorer.score_candidates(prompts, [TRIE] * 3)
+        n_again = len(passes) - n_first
+        repeat = scorer.score_candidates(prompts, [TRIE] * 3)
+        assert len(passes) == n_first + n_again  # the repeat was free
+    assert n_first == 1 and n_again == 1
+    assert passes[1][0] == 3  # the second pass still held all three prompts: prompts 0, 1 had missing candidates
+    for row_plain, row_again, row_repeat in zip(plain, again, repeat):
+        for a, b, c in zip(row_plain, row_again, row_repeat):
+            assert b is c
+            assert b.token_logprobs == pytest.approx(a.token_logprobs, abs=1e-6)
+    for row_first, row_plain in zip(first, plain[:2]):
+        for a, b in zip(row_first, row_plain[:2]):
+            assert a.token_logprobs == pytest.approx(b.token_logprobs, abs=1e-6)
+    scorer.score_candidates(prompts, [TRIE] * 3)
+    assert len(passes) == n_first + n_again + 1  # the memory ended with the block
