@@ -38,8 +38,10 @@ Text generation
     85% of a step's time. :func:`accelerate_textworld` (applied when an engine is loaded) keeps
     the parsed form of each distinct string and hands out deep copies of it, and copies a
     context's binding tables without cloning the entity records in them (the grammar only reads
-    them). The engine's output is unchanged: a test plays the same commands with and without it
-    and compares every observation, admissible list and state signature.
+    them), and keeps what ``PddlEnv._gather_infos`` derives after each step (the admissible
+    commands' text) per planner state, which replay revisits often. The engine's output is
+    unchanged: a test plays the same commands, restores and revisits with and without it and
+    compares every observation, admissible list and state signature.
 
 Reset
     Resetting the game that is already loaded restores the state recorded right after the
@@ -80,6 +82,9 @@ __all__ = ["AlfworldEnv", "AlfworldSnapshot", "accelerate_textworld", "make_alfw
 #: Distinct template strings kept parsed per parser (a generated game uses a few thousand).
 PARSE_MEMO_SIZE = 1 << 16
 _SHORTCUTS = {"enabled": True}
+#: What ``PddlEnv._gather_infos`` computes from the planner state alone (its memo's content).
+_STATE_INFOS = ("command_templates", "won", "lost", "_entity_infos", "_facts", "facts", "_valid_actions",
+                "_valid_commands", "admissible_commands")
 
 
 def accelerate_textworld() -> None:
@@ -95,9 +100,50 @@ def accelerate_textworld() -> None:
       context at every symbol. The grammar only reads the records and variables, and only ever
       adds entries to a copied table, so copying the tables one level deep is equivalent.
 
-    Idempotent; :func:`textworld_shortcuts` switches both off (for the equivalence test).
+    * ``PddlEnv._gather_infos`` re-derives, after every step, the command text of every
+      applicable action through the grammar (most of a step's time). What it computes -- the
+      goal test, the fact list, the applicable actions and their commands, and the planner's
+      operator table that the next ``apply`` reads -- is a function of the planner state, which
+      the planner's state registry names by an id. The memo keeps them per state id, for one
+      ``PddlState`` (a load or reset starts a new one), and hands out fresh list copies; what
+      belongs to the step (the last action, the move count) is always set anew.
+
+    Idempotent; :func:`textworld_shortcuts` switches all three off (for the equivalence test).
     """
+    import textworld.envs.pddl.pddl as pddl
     import textworld.envs.pddl.textgen as textgen
+
+    if not getattr(pddl.PddlEnv._gather_infos, "_creditaudit_memo", False):
+        original_gather = pddl.PddlEnv._gather_infos
+
+        def _gather_infos(self: Any, _gather=original_gather) -> None:
+            infos = self.request_infos
+            if not _SHORTCUTS["enabled"] or infos.policy_commands:  # a replan is not a state function here
+                return _gather(self)
+            ps = self._pddl_state
+            owner, memo = self.__dict__.get("_creditaudit_infos", (None, None))
+            if owner is not ps:
+                memo = {}
+                self._creditaudit_infos = (ps, memo)
+            state_id = int(self.downward_lib.get_state_id())
+            entry = memo.get(state_id)
+            if entry is None:
+                _gather(self)
+                entry = memo[state_id] = (
+                    {k: self.state[k] for k in _STATE_INFOS if k in self.state}, dict(ps._operators),
+                )
+            else:
+                for key, value in entry[0].items():
+                    self.state[key] = list(value) if isinstance(value, list) else dict(value) if isinstance(value, dict) else value
+                ps._operators = dict(entry[1])
+                self.state["last_action"] = None
+                self.state["_last_action"] = self._last_action
+                if infos.moves:
+                    self.state["moves"] = self._moves
+
+        _gather_infos._creditaudit_memo = True  # type: ignore[attr-defined]
+        _gather_infos.__wrapped__ = original_gather  # type: ignore[attr-defined]
+        pddl.PddlEnv._gather_infos = _gather_infos
     import textworld.logic as logic
 
     if not getattr(textgen.copy_context, "_creditaudit_shortcut", False):
