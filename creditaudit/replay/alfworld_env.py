@@ -294,6 +294,7 @@ class AlfworldEnv:
         self._task: Task | None = None
         self._generation = 0
         self._facts_by_state: dict[int, list[str]] = {}
+        self._signature_by_state: dict[tuple[int, int, str, int], str] = {}
         self._steps = 0
         self._done = False
         self._won = False
@@ -320,6 +321,7 @@ class AlfworldEnv:
 
         accelerate_textworld()
         self._facts_by_state.clear()  # any load replaces the planner's state registry
+        self._signature_by_state.clear()
         # fast_downward's translator overwrites sys.argv on every PDDL translation.
         argv = list(sys.argv)
         try:
@@ -485,15 +487,20 @@ class AlfworldEnv:
         return self._admissible
 
     def state_signature(self) -> str:
-        """SHA-256 of the full state (see the module docstring for what it covers)."""
+        """SHA-256 of the full state (see the module docstring for what it covers); memoised by
+        the planner's state id, the step count, the task id and the horizon until the next load."""
         self._check_started()
-        return signature_hash({
-            "env": self.name,
-            "task": self._task.task_id,
-            "facts": self._planner_facts(),
-            "steps": self._steps,
-            "horizon": self.horizon,
-        })
+        key = (int(self._pddl.downward_lib.get_state_id()), self._steps, self._task.task_id, self.horizon)
+        signature = self._signature_by_state.get(key)
+        if signature is None:
+            signature = self._signature_by_state[key] = signature_hash({
+                "env": self.name,
+                "task": self._task.task_id,
+                "facts": self._planner_facts(),
+                "steps": self._steps,
+                "horizon": self.horizon,
+            })
+        return signature
 
     def snapshot(self) -> AlfworldSnapshot:
         """The current state, restorable in this instance until its next reset."""

@@ -240,8 +240,8 @@ def test_textworld_shortcuts_change_nothing_the_engine_shows(game_by_type, task_
 
 
 def test_memoised_planner_facts_match_a_fresh_read_across_restores_and_loads(game_by_type, alfworld_env):
-    """The fact memo is keyed by the planner's state id: after steps, restores and a load of
-    another game, every signature equals the one computed with the memo emptied."""
+    """The fact and signature memos are keyed by the planner's state id: after steps, restores and
+    a load of another game, every signature equals the one computed with the memos emptied."""
     first, second = game_by_type["pick_cool_then_place_in_recep"], game_by_type["pick_and_place_simple"]
     seen = []
     for game in (first, second, first):
@@ -251,6 +251,7 @@ def test_memoised_planner_facts_match_a_fresh_read_across_restores_and_loads(gam
             alfworld_env.step(action)
             memoised = alfworld_env.state_signature()
             alfworld_env._facts_by_state.clear()
+            alfworld_env._signature_by_state.clear()
             assert alfworld_env.state_signature() == memoised
             seen.append(memoised)
         alfworld_env.restore(snap)
