@@ -8,7 +8,11 @@ training arms are ``arms_bench.py``). Then the ProVer judge-ablation table (judg
 oracle proposers on the same groups, same verification seeds).
 
 Writes ``benchmarks/results/alfworld_audit_bench.json`` (no wall-clock time in it besides the
-``seconds`` of each stage) and prints the figures.
+``seconds`` of each stage) and prints the figures. The committed default-size run
+(``results/alfworld_audit_bench_24.json``, with the audit's summary and figures copied to
+``results/alfworld_audit_24_figures/``) is ``--tasks 24 --run benchmarks/.alfworld-audit-run-24
+--out benchmarks/results/alfworld_audit_bench_24.json``; its ``seconds.pipeline`` covers only the
+stages run by the last, resumed invocation.
 
     python benchmarks/alfworld_audit_bench.py [--run DIR] [--tasks N] [--policy DIR]
 

@@ -21,7 +21,7 @@ Writes benchmarks/results/replay_bench.json and prints the figures.
     python benchmarks/replay_bench.py [--run DIR] [--trajectories N] [--naive-rollouts M] [--workers W] [--out F]
 
 The committed figures: ``results/replay_bench.json`` from
-``--run benchmarks/.alfworld-audit-run --trajectories 4`` (horizon 30, after
+``--run benchmarks/.alfworld-audit-run --trajectories 8`` (horizon 30, after
 ``alfworld_audit_bench.py``) and ``results/replay_bench_demo.json`` from the default demo-size run
 (horizon 10, ``--out benchmarks/results/replay_bench_demo.json``).
 """
