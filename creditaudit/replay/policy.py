@@ -48,6 +48,7 @@ __all__ = [
     "HFPolicy",
     "load_policy",
     "policy_file_hashes",
+    "takes_tree_mask",
     "chat_template_sha256",
     "format_hindsight",
 ]
@@ -380,6 +381,32 @@ def _torch():
     return torch
 
 
+def takes_tree_mask(config: Any) -> bool:
+    """Whether a model (by its config) can score candidates under a custom tree attention mask.
+
+    The mask is handed to the attention as a ready 4-D additive mask, which replaces the model's
+    own: so the attention must accept one (``sdpa`` or ``eager``, not ``flash_attention_2``), and no
+    layer may rely on a mask of its own kind (sliding-window layers: Mistral's ``sliding_window``,
+    Qwen2's ``use_sliding_window``, Gemma's ``layer_types``). Other models score candidates from
+    the prompt's key/value cache (:meth:`HFPolicy.score_candidates`).
+
+    >>> from types import SimpleNamespace as C
+    >>> takes_tree_mask(C(_attn_implementation="sdpa", sliding_window=None))
+    True
+    >>> takes_tree_mask(C(_attn_implementation="sdpa", sliding_window=4096))  # Mistral 7B v0.1
+    False
+    >>> takes_tree_mask(C(_attn_implementation="sdpa", sliding_window=131072, use_sliding_window=False))  # Qwen2.5
+    True
+    >>> takes_tree_mask(C(_attn_implementation="flash_attention_2"))
+    False
+    """
+    if getattr(config, "_attn_implementation", None) not in ("sdpa", "eager"):
+        return False
+    if getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True):
+        return False
+    return not any("sliding" in str(t) for t in (getattr(config, "layer_types", None) or ()))
+
+
 class HFPolicy:
     """A ``transformers`` causal LM with its tokenizer, as a policy.
 
@@ -457,8 +484,7 @@ class HFPolicy:
         # transformers >= 5 renamed ``past_key_values`` to ``cache`` (the old name is deprecated).
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self._has_logits_to_keep = "logits_to_keep" in params
-        # Tree-masked candidate scoring needs an attention that takes an arbitrary additive mask.
-        self._tree_attention = getattr(model.config, "_attn_implementation", None) in ("sdpa", "eager")
+        self._tree_attention = takes_tree_mask(model.config)
         self._memo: dict[tuple[str, str, bool], ActionScore] | None = None
         self._action_ids: dict[str, list[int]] = {}
         self._torch = torch
@@ -699,9 +725,9 @@ class HFPolicy:
         share three), instead of ``m (L + k)``. Results agree with :meth:`score` to float
         rounding (the attention sums run in another order; about 1e-6).
 
-        Models whose attention takes no custom mask (``flash_attention_2``) score the candidates
-        from the prompt's key/value cache instead (one pass over the prompts, one over every
-        candidate row).
+        Models that cannot take the tree mask (:func:`takes_tree_mask`: ``flash_attention_2``,
+        sliding-window layers) score the candidates from the prompt's key/value cache instead (one
+        pass over the prompts, one over every candidate row).
 
         Inside :meth:`scoring_memo` a pair already scored is not scored again.
 
