@@ -38,8 +38,13 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=None)
     parser.add_argument("--learning-rate", type=float, default=None)
     parser.add_argument("--tasks-per-round", type=int, default=None)
+    parser.add_argument("--group-size", type=int, default=None)
+    parser.add_argument("--minibatch-size", type=int, default=None)
+    parser.add_argument("--eval-tasks", type=int, default=None)
+    parser.add_argument("--eval-rollouts", type=int, default=None)
     parser.add_argument("--pool", type=int, default=8, help="training pool (the run's task list)")
     parser.add_argument("--dose-matched", action="store_true")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="where the figures are written")
     parser.add_argument("--keep", type=Path, default=None, help="keep the run directory here")
     opts = parser.parse_args()
 
@@ -77,7 +82,9 @@ def main() -> None:
     data["router"] = {"confidence_family": "implicit", "judge_family": "judge", "routed_share": 0.5}
     arms = data["arms"]
     for key, value in (("rounds", opts.rounds), ("seeds", opts.seeds), ("learning_rate", opts.learning_rate),
-                       ("tasks_per_round", opts.tasks_per_round)):
+                       ("tasks_per_round", opts.tasks_per_round), ("group_size", opts.group_size),
+                       ("minibatch_size", opts.minibatch_size), ("eval_tasks", opts.eval_tasks),
+                       ("eval_rollouts", opts.eval_rollouts)):
         if value is not None:
             arms[key] = value
     arms["dose_matched"] = bool(opts.dose_matched)
@@ -103,6 +110,10 @@ def main() -> None:
                                 **{k: v["mean_included"] for k, v in a["success"]["train"]["arms"].items()}},
         "success_held_out": {"base": a["success"]["held_out"]["base"],
                              **{k: v["mean_included"] for k, v in a["success"]["held_out"]["arms"].items()}},
+        "learning_train_tasks": {k: {kk: v.get(kk) for kk in ("success_arm", "success_base", "estimate", "pvalue",
+                                                             "pvalue_two_sided", "moved", "discordant")}
+                                 for k, v in a["learning"]["arms"].items()},
+        "train_eval_episodes": a["learning"]["n_episodes"],
         "mean_steps_per_round": {k: v["mean_steps_per_round"] for k, v in a["dose"].items()},
         "comparisons": {c["id"]: {"estimate": c.get("estimate"), "p_holm": c["pvalue_holm"], "reading": c["reading"],
                                   "mde": c.get("mde", {}).get("mde")} for c in a["comparisons"]},
@@ -112,8 +123,8 @@ def main() -> None:
         "paper": a["paper"],
     }
     print(json.dumps(result, indent=2))
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    opts.out.parent.mkdir(parents=True, exist_ok=True)
+    opts.out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
     if opts.keep is None:
         shutil.rmtree(tmp, ignore_errors=True)
 

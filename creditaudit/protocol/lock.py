@@ -444,7 +444,9 @@ def verify(
         if not report.changes:  # pragma: no cover - same identity view but another hash is impossible
             report.failures.append("the protocol id differs from the lock's")
     else:
-        report.free_text_changes = field_diff(lock.protocol, protocol_dict(current))
+        # Through the current schema, so a field added since the freeze (at its default, or the
+        # id would differ) is not reported as a change.
+        report.free_text_changes = field_diff(protocol_dict(stored), protocol_dict(current))
 
     # 4. the registry chain and this lock's entry
     reg_path = Path(registry_path) if registry_path else registry_path_for(protocol_path)

@@ -104,6 +104,19 @@ NON_IDENTITY = _NonIdentity()
 #: Free text (descriptions, notes): recorded in the lock, excluded from the protocol id.
 FreeText = Annotated[str, NON_IDENTITY]
 
+
+class _AddedLater:
+    """Marker: a field added to schema version 1 after protocols were frozen under it. It enters
+    the protocol id only when it differs from its default, so a protocol frozen before the field
+    existed keeps its id (and its lock verifies). The default must be the behaviour the code had
+    before the field existed, and it never changes."""
+
+    def __repr__(self) -> str:  # pragma: no cover - cosmetic
+        return "AddedLater"
+
+
+ADDED_LATER = _AddedLater()
+
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 Name = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_\-]*$", max_length=64)]
 
@@ -799,6 +812,10 @@ class ArmsSection(_Model):
     """Equalise optimizer steps across arms."""
     eval_tasks: int = Field(32, ge=1)
     """Size of the frozen held-out evaluation set (the paper: 128)."""
+    eval_rollouts: Annotated[int, ADDED_LATER] = Field(1, ge=1, le=1000)
+    """Evaluation rollouts per task and checkpoint, on the held-out set and on the training tasks
+    (common random numbers: rollout ``r`` of task ``k`` samples with the same seeds for every
+    checkpoint). More than 1 makes a small task set measurable: a task's success becomes a rate."""
     probe_states: int = Field(64, ge=1)
     """Fixed probe states on which every checkpoint's action distribution is measured."""
     pivotal_resolution_n: int = Field(1, ge=1)
@@ -894,7 +911,8 @@ class Protocol(_Model):
 
 
 def identity_dict(model: BaseModel) -> dict[str, Any]:
-    """The model as JSON values without free-text (:data:`FreeText`) fields, recursively."""
+    """The model as JSON values without free-text (:data:`FreeText`) fields, and without
+    :data:`ADDED_LATER` fields left at their defaults, recursively."""
 
     def walk(obj: Any) -> Any:
         if isinstance(obj, BaseModel):
@@ -902,8 +920,11 @@ def identity_dict(model: BaseModel) -> dict[str, Any]:
             for name, info in type(obj).model_fields.items():
                 if any(m is NON_IDENTITY for m in info.metadata):
                     continue
+                value = getattr(obj, name)
+                if any(m is ADDED_LATER for m in info.metadata) and value == info.get_default(call_default_factory=True):
+                    continue
                 key = info.alias or name
-                out[key] = walk(getattr(obj, name))
+                out[key] = walk(value)
             return out
         if isinstance(obj, dict):
             return {k: walk(v) for k, v in obj.items()}

@@ -31,6 +31,7 @@ adapters are switched on it)::
       minibatch_size: 16
       dose_matched: false       # rerun with true for the dose-controlled comparison
       eval_tasks: 128           # the paper's held-out set
+      eval_rollouts: 1
       probe_states: 64
       pivotal_resolution_n: 1
 
@@ -38,7 +39,14 @@ On a CPU the default ALFWorld sizes are too slow for the embedded policy (about 
 step); ``benchmarks/arms_bench.py`` measures the planted-environment configuration.
 """
 
-from creditaudit.training_arms.analysis import COMPARISONS, analyse, compare_arms, divergence_stage, js_matrix
+from creditaudit.training_arms.analysis import (
+    COMPARISONS,
+    analyse,
+    compare_arms,
+    divergence_stage,
+    js_matrix,
+    learning_check,
+)
 from creditaudit.training_arms.loop import ArmsArgs, ArmsTrainer, ProbeState, Sample, sequence_logprobs
 from creditaudit.training_arms.rules import ARM_NAMES, ArmRule, GroupCredit, arm_rule, effective_advantages
 from creditaudit.training_arms.stage import ArmsDocument, run_arms
@@ -57,6 +65,7 @@ __all__ = [
     "COMPARISONS",
     "analyse",
     "compare_arms",
+    "learning_check",
     "divergence_stage",
     "js_matrix",
     "ArmsDocument",

@@ -44,7 +44,7 @@ import pandas as pd
 from creditaudit.protocol.seeds import SeedStreams
 from creditaudit.training_arms.rules import information_labels, instrument_labels
 
-__all__ = ["COMPARISONS", "PAPER", "compare_arms", "divergence_stage", "analyse", "js_matrix"]
+__all__ = ["COMPARISONS", "PAPER", "compare_arms", "learning_check", "divergence_stage", "analyse", "js_matrix"]
 
 COMPARISONS = (
     ("C1", "tost", "implicit", "shuffled_implicit"),
@@ -166,6 +166,53 @@ def compare_arms(held_out: pd.DataFrame, included: set[tuple[str, int]], *, band
                                                     "reject": adjusted.reject.tolist()}})
 
 
+def learning_check(train: pd.DataFrame, included: set[tuple[str, int]], *, arms: Sequence[str],
+                   alpha: float) -> dict[str, Any]:
+    """Did training move each arm's success on the training tasks away from the untrained policy?
+
+    The unit is the evaluation episode ``(task, rollout)``: under common random numbers the base
+    policy and every checkpoint play it with the same sampling seeds, so they pair. An arm's value
+    for an episode is its success averaged over its included seeds. The test is the one-sided
+    paired t-test of H1 ``mean(arm - base) > 0`` (:func:`creditaudit.stats.superiority_paired`),
+    with the two-sided paired t p-value beside it (a learning arm could also get worse). Inference is
+    conditional on the training tasks (they are the population the question is about; the
+    held-out comparisons C1-C6 are the ones that generalise over tasks). Not part of the Holm
+    family: it checks that the experiment trained at all, it does not compare arms.
+    """
+    from scipy import stats as sps
+
+    from creditaudit.stats import superiority_paired
+
+    out: dict[str, Any] = {"unit": "episode (task, rollout)", "test": "paired t, one-sided H1 arm > base",
+                           "alpha": alpha, "arms": {}}
+    base = train[train["arm"] == "base"].set_index(["task_index", "rollout"])["success"].astype(float).sort_index()
+    out["n_episodes"] = int(base.size)
+    for arm in arms:
+        seeds = sorted(s for a, s in included if a == arm)
+        rows = train[(train["arm"] == arm) & train["seed"].isin(seeds)]
+        entry: dict[str, Any] = {"seeds": seeds}
+        if rows.empty or base.size < 2:
+            entry.update(resolved="no included checkpoint evaluated on the training tasks" if rows.empty
+                         else "fewer than 2 evaluation episodes", pvalue=1.0, moved=False)
+            out["arms"][arm] = entry
+            continue
+        values = rows.groupby(["task_index", "rollout"])["success"].mean().reindex(base.index)
+        x, y = values.to_numpy(dtype=float), base.to_numpy(dtype=float)
+        d = x - y
+        entry.update(success_arm=float(x.mean()), success_base=float(y.mean()), estimate=float(d.mean()),
+                     discordant=int(np.count_nonzero(d)))
+        try:
+            res = superiority_paired(x, y, margin=0.0, alpha=alpha)
+        except ValueError as exc:  # every paired difference equal: nothing moved, or moved uniformly
+            entry.update(resolved=f"test undefined: {exc}", pvalue=None, moved=bool(d.mean() > 0))
+        else:
+            two_sided = float(sps.ttest_rel(x, y).pvalue)
+            entry.update(pvalue=res.pvalue, statistic=res.statistic, ci=[res.ci[0], None], ci_level=1 - alpha,
+                         pvalue_two_sided=two_sided, moved=bool(res.pvalue <= alpha))
+        out["arms"][arm] = entry
+    return _clean(out)
+
+
 # ---------------------------------------------------------------------- divergence
 
 
@@ -283,8 +330,10 @@ def analyse(evaluation: pd.DataFrame, records: Sequence[dict[str, Any]], *, arms
     success: dict[str, Any] = {}
     for set_name in ("held_out", "train"):
         rows = evaluation[evaluation["set"] == set_name]
-        entry: dict[str, Any] = {"base": float(rows[rows["arm"] == "base"]["success"].mean()) if len(rows) else None,
-                                 "n_tasks": int(rows[rows["arm"] == "base"].shape[0]), "arms": {}}
+        base_rows = rows[rows["arm"] == "base"]
+        entry: dict[str, Any] = {"base": float(base_rows["success"].mean()) if len(rows) else None,
+                                 "n_tasks": int(base_rows["task_index"].nunique()),
+                                 "n_episodes": int(base_rows.shape[0]), "arms": {}}
         for arm in arms:
             per_seed = {str(s): float(rows[(rows["arm"] == arm) & (rows["seed"] == s)]["success"].mean())
                         for s in range(seeds) if len(rows[(rows["arm"] == arm) & (rows["seed"] == s)])}
@@ -293,6 +342,7 @@ def analyse(evaluation: pd.DataFrame, records: Sequence[dict[str, Any]], *, arms
         success[set_name] = entry
     comparisons = compare_arms(held, included, band=statistics.equivalence_band, alpha=statistics.alpha,
                                power=statistics.power)
+    learning = learning_check(evaluation[evaluation["set"] == "train"], included, arms=arms, alpha=statistics.alpha)
     # dose
     dose: dict[str, Any] = {}
     for arm in arms:
@@ -317,6 +367,7 @@ def analyse(evaluation: pd.DataFrame, records: Sequence[dict[str, Any]], *, arms
     return _clean({
         "format_collapse": {"threshold": collapse_threshold, "checkpoints": collapse},
         "success": success,
+        "learning": learning,
         **comparisons,
         "dose": dose,
         "dose_range": {"max_mean_steps_per_round": max(means) if means else None,

@@ -1,9 +1,11 @@
 """Held-out evaluation of checkpoints and the fixed probe set.
 
-Every checkpoint (and the untrained base) plays one rollout per evaluation task at the policy's
-temperature; the action at turn ``t`` of task ``k`` is sampled with the seed of
-``arms/eval/<set>/task-<k>/<t>`` for every checkpoint (common random numbers), and all
-checkpoints' rollouts of a task share one episode and its transition cache.
+Every checkpoint (and the untrained base) plays ``arms.eval_rollouts`` rollouts per evaluation
+task at the policy's temperature; the action of rollout ``r`` at turn ``t`` of task ``k`` is
+sampled with the seed of ``arms/eval/<set>/task-<k>/<t>`` (``r = 0``) or
+``arms/eval/<set>/task-<k>/rollout-<r>/<t>`` for every checkpoint (common random numbers: the
+base policy and every arm are paired rollout by rollout), and all checkpoints' rollouts of a task
+share one episode and its transition cache.
 
 Format collapse is measured, not assumed: a checkpoint's share of evaluation actions that are not
 admissible commands; above the protocol's ``exclusions.format_collapse_threshold`` the checkpoint
@@ -38,6 +40,7 @@ EVAL_SCHEMA = pa.schema(
         pa.field("set", pa.string(), nullable=False),
         pa.field("task_index", pa.int32(), nullable=False),
         pa.field("task_id", pa.string(), nullable=False),
+        pa.field("rollout", pa.int32(), nullable=False),
         pa.field("success", pa.int8(), nullable=False),
         pa.field("steps", pa.int32(), nullable=False),
         pa.field("inadmissible_steps", pa.int32(), nullable=False),
@@ -56,9 +59,10 @@ def evaluate_checkpoints(
     protocol_id: str,
     temperature: float,
     max_action_tokens: int | None,
+    rollouts: int = 1,
     progress: Callable[[str, int, int], None] | None = None,
 ) -> tuple[dict[str, dict[str, list]], dict[str, list[Rollout]]]:
-    """Play one rollout per task for every checkpoint.
+    """Play ``rollouts`` rollouts per task for every checkpoint.
 
     Parameters
     ----------
@@ -70,7 +74,7 @@ def evaluate_checkpoints(
     -------
     (rows, rollouts)
         ``rows[label]`` -- columns of :data:`EVAL_SCHEMA`; ``rollouts[label]`` -- the rollouts in
-        task order.
+        task order (rollout order within a task).
     """
     streams = SeedStreams(protocol_id)
     rows = {label: {f.name: [] for f in EVAL_SCHEMA} for label, *_ in checkpoints}
@@ -80,23 +84,25 @@ def evaluate_checkpoints(
         obs = env.reset(task)
         snapshot, signature = env.snapshot(), env.state_signature()
         cache = TransitionCache()
+        prefixes = [f"arms/eval/{set_name}/task-{k}" + (f"/rollout-{r}" if r else "") for r in range(rollouts)]
         for label, arm, seed, name in checkpoints:
             if name is not None:
                 bank.activate(name)
             context = bank.base() if (name is None and bank.peft_model is not None) else nullcontext()
-            rollout = Rollout(key=label, goal=obs.goal, snapshot=snapshot, signature=signature, observation=obs.text,
-                              admissible=tuple(obs.admissible))
+            group = [Rollout(key=r, goal=obs.goal, snapshot=snapshot, signature=signature, observation=obs.text,
+                             admissible=tuple(obs.admissible)) for r in range(rollouts)]
             with context:
-                advance(env, policy, builder, [rollout],
-                        seed_for=lambda ro, k=k: streams.seed_int(f"arms/eval/{set_name}/task-{k}/{ro.steps}"),
+                advance(env, policy, builder, group,
+                        seed_for=lambda ro: streams.seed_int(f"{prefixes[ro.key]}/{ro.steps}"),
                         temperature=temperature, max_action_tokens=max_action_tokens, cache=cache)
-            inadmissible = sum(1 for rec in rollout.turns if rec.action not in rec.admissible)
-            values = {"protocol_id": protocol_id, "checkpoint": label, "arm": arm, "seed": seed, "set": set_name,
-                      "task_index": k, "task_id": task.task_id, "success": rollout.outcome,
-                      "steps": len(rollout.turns), "inadmissible_steps": inadmissible}
-            for key, value in values.items():
-                rows[label][key].append(value)
-            played[label].append(rollout)
+            for r, rollout in enumerate(group):
+                inadmissible = sum(1 for rec in rollout.turns if rec.action not in rec.admissible)
+                values = {"protocol_id": protocol_id, "checkpoint": label, "arm": arm, "seed": seed, "set": set_name,
+                          "task_index": k, "task_id": task.task_id, "rollout": r, "success": rollout.outcome,
+                          "steps": len(rollout.turns), "inadmissible_steps": inadmissible}
+                for key, value in values.items():
+                    rows[label][key].append(value)
+                played[label].append(rollout)
         if progress:
             progress(f"evaluate {set_name}", k + 1, len(tasks))
     return rows, played

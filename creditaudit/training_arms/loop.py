@@ -84,6 +84,8 @@ class ArmsArgs:
     """Every arm takes the round's smallest natural number of optimizer steps."""
     eval_tasks: int
     """Held-out evaluation tasks."""
+    eval_rollouts: int
+    """Evaluation rollouts per task and checkpoint."""
     probe_states: int
     """Probe states for the action distributions."""
     pivotal_resolution_n: int
@@ -102,7 +104,7 @@ class ArmsArgs:
             arms=tuple(a.arms), seeds=a.seeds, rounds=a.rounds, tasks_per_round=a.tasks_per_round,
             group_size=a.group_size, lora_rank=a.lora_rank, lora_alpha=a.lora_alpha,
             learning_rate=a.learning_rate, minibatch_size=a.minibatch_size, dose_matched=a.dose_matched,
-            eval_tasks=a.eval_tasks, probe_states=a.probe_states, pivotal_resolution_n=a.pivotal_resolution_n,
+            eval_tasks=a.eval_tasks, eval_rollouts=a.eval_rollouts, probe_states=a.probe_states, pivotal_resolution_n=a.pivotal_resolution_n,
             temperature=protocol.policy.temperature, max_action_tokens=protocol.policy.max_action_tokens,
             format_collapse_threshold=protocol.exclusions.format_collapse_threshold,
         )

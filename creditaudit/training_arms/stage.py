@@ -236,7 +236,8 @@ def run_arms(
             base_path = eval_dir / "base.parquet"
             probes_path = out_dir / "probes.parquet"
             common = {"protocol_id": frozen.id, "temperature": args.temperature,
-                      "max_action_tokens": args.max_action_tokens, "progress": progress}
+                      "max_action_tokens": args.max_action_tokens, "rollouts": args.eval_rollouts,
+                      "progress": progress}
             if base_path.is_file() and probes_path.is_file():
                 probes = probes_from_table(read_stamped_parquet(probes_path, frozen.id, what="probe states",
                                                                 command="creditaudit arms"))
@@ -380,6 +381,15 @@ def _markdown(doc: ArmsDocument) -> str:
     for arm, entry in held["arms"].items():
         per_seed = ", ".join(f"{v:.3f}" for v in entry["per_seed"].values())
         lines.append(f"| {arm} | {per_seed} | {_f(entry['mean_included'])} | {_f(train['arms'][arm]['mean_included'])} |")
+    learning = a["learning"]
+    lines += ["", f"Learning on the training tasks ({learning['n_episodes']} evaluation episodes, each played by the base "
+              "and every checkpoint with the same seeds; one-sided paired t, H1 arm > base):", "",
+              "| arm | success | base | difference | p | moved |", "|---|---|---|---|---|---|"]
+    for arm, entry in learning["arms"].items():
+        note = f" ({entry['resolved']})" if "resolved" in entry else ""
+        lines.append(f"| {arm} | {_f(entry.get('success_arm'))} | {_f(entry.get('success_base'))} | "
+                     f"{_f(entry.get('estimate'), '+.3f')} | {_f(entry.get('pvalue'), '.4f')} | "
+                     f"{'yes' if entry.get('moved') else 'no'}{note} |")
     excluded = [c for c in a["format_collapse"]["checkpoints"] if c["excluded"]]
     lines += ["", f"Format collapse (share of inadmissible actions > {a['format_collapse']['threshold']}): "
               + (", ".join(f"{c['arm']} seed {c['seed']} ({c['inadmissible_share']:.3f})" for c in excluded)

@@ -202,3 +202,16 @@ def test_models_are_frozen():
     p = parse_protocol(default_template_text())
     with pytest.raises(Exception, match="frozen"):
         p.replay.n_fact = 9  # type: ignore[misc]
+
+
+def test_a_field_added_later_enters_the_id_only_off_its_default(template):
+    # arms.eval_rollouts was added after protocols had been frozen: at its default it leaves
+    # their ids (and locks) as they were; any other value is a different protocol.
+    bare = protocol_from_dict(template)
+    assert "eval_rollouts" not in identity_dict(bare)["arms"]
+    assert bare.arms.eval_rollouts == 1
+    without = dict(template, arms={k: v for k, v in template["arms"].items() if k != "eval_rollouts"})
+    assert protocol_from_dict(without).id == bare.id == DEFAULT_TEMPLATE_ID
+    template["arms"]["eval_rollouts"] = 4
+    changed = protocol_from_dict(template)
+    assert changed.id != DEFAULT_TEMPLATE_ID and identity_dict(changed)["arms"]["eval_rollouts"] == 4

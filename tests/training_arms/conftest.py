@@ -21,6 +21,7 @@ TINY_ARMS = {
     "minibatch_size": 4,
     "dose_matched": False,
     "eval_tasks": 3,
+    "eval_rollouts": 2,
     "probe_states": 4,
     "pivotal_resolution_n": 1,
 }

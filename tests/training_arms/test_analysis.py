@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from creditaudit.training_arms.analysis import compare_arms, divergence_stage, js_matrix
+from creditaudit.training_arms.analysis import compare_arms, divergence_stage, js_matrix, learning_check
 from creditaudit.training_arms.rules import ARM_NAMES
 
 STATS = SimpleNamespace(permutations=999, js_log_base=2.0, mantel_method="pearson", mantel_alternative="greater")
@@ -141,3 +141,52 @@ def test_a_missing_arm_or_a_degenerate_test_is_resolved_explicitly():
     assert "judge has no included checkpoint" in by_id["C4"]["resolved"]
     assert by_id["C3"]["mde"]["sd_source"] == "fallback"
     assert all(c["pvalue"] == 1.0 for c in result["comparisons"])
+
+
+def _train_episodes(values: dict[tuple[str, int], np.ndarray], tasks: int, rollouts: int) -> pd.DataFrame:
+    rows = []
+    for (arm, seed), v in values.items():
+        for k in range(tasks):
+            for r in range(rollouts):
+                rows.append({"arm": arm, "seed": seed, "task_index": k, "rollout": r,
+                             "success": int(v[k * rollouts + r])})
+    return pd.DataFrame(rows)
+
+
+def test_the_learning_check_pairs_episodes_and_matches_scipy():
+    from scipy import stats as sps
+
+    gen = np.random.default_rng(4)
+    tasks, rollouts = 8, 6
+    n = tasks * rollouts
+    base = (gen.random(n) < 0.25).astype(int)
+    learned = {s: np.maximum(base, (gen.random(n) < 0.5).astype(int)) for s in range(2)}  # better, paired
+    noisy = {s: (gen.random(n) < 0.25).astype(int) for s in range(2)}
+    values = {("base", -1): base, **{("outcome_only", s): v for s, v in learned.items()},
+              **{("implicit", s): v for s, v in noisy.items()}}
+    frame = _train_episodes(values, tasks, rollouts).sample(frac=1.0, random_state=0)  # row order must not matter
+    included = {("outcome_only", 0), ("outcome_only", 1), ("implicit", 0)}  # implicit seed 1 excluded
+    result = learning_check(frame, included, arms=["outcome_only", "implicit", "judge"], alpha=0.05)
+    assert result["n_episodes"] == n
+
+    x = (learned[0] + learned[1]) / 2.0
+    ref = sps.ttest_rel(x, base, alternative="greater")
+    got = result["arms"]["outcome_only"]
+    assert got["pvalue"] == pytest.approx(ref.pvalue, rel=1e-9)
+    assert got["pvalue_two_sided"] == pytest.approx(sps.ttest_rel(x, base).pvalue, rel=1e-9)
+    assert got["estimate"] == pytest.approx(x.mean() - base.mean())
+    assert got["moved"] is True and got["seeds"] == [0, 1]
+
+    ref = sps.ttest_rel(noisy[0], base, alternative="greater")  # only the included seed
+    got = result["arms"]["implicit"]
+    assert got["pvalue"] == pytest.approx(ref.pvalue, rel=1e-9) and got["seeds"] == [0]
+    assert got["moved"] is bool(ref.pvalue <= 0.05)
+    assert result["arms"]["judge"]["moved"] is False and "no included checkpoint" in result["arms"]["judge"]["resolved"]
+
+
+def test_the_learning_check_resolves_an_arm_that_did_not_move_at_all():
+    base = np.array([0, 1, 0, 1])
+    frame = _train_episodes({("base", -1): base, ("outcome_only", 0): base}, 2, 2)
+    got = learning_check(frame, {("outcome_only", 0)}, arms=["outcome_only"], alpha=0.05)["arms"]["outcome_only"]
+    assert got["estimate"] == 0.0 and got["discordant"] == 0 and got["moved"] is False
+    assert got["pvalue"] is None and "zero variance" in got["resolved"]

@@ -6,6 +6,7 @@ import json
 import shutil
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from creditaudit.errors import CheckFailed, InputError
@@ -70,6 +71,30 @@ def test_common_random_numbers_make_untrained_arms_identical(trained_run):
     first = training[training["round"] == 1]
     for seed, rows in first.groupby("seed"):
         assert rows["turns"].nunique() == 1 and rows["train_success"].nunique() == 1  # same rollouts in every arm
+
+
+def test_evaluation_pairs_every_checkpoint_with_the_base_rollout_by_rollout(trained_run):
+    import pyarrow.parquet as pq
+
+    run, _, doc = trained_run
+    evaluation = pd.concat([pq.read_table(p).to_pandas() for p in sorted((run / "arms" / "eval").glob("*.parquet"))])
+    key = ["set", "task_index", "rollout"]
+    base = evaluation[evaluation["arm"] == "base"].set_index(key).sort_index()
+    assert sorted(base.index.get_level_values("rollout").unique()) == [0, 1]  # arms.eval_rollouts = 2
+    assert len(base) == 2 * (3 + doc.task_sets["train_eval"]["n"])
+    training = pq.read_table(run / "arms" / "training.parquet").to_pandas()
+    untrained = training.groupby(["arm", "seed"])["steps_total"].max()
+    untrained = [pair for pair, steps in untrained.items() if steps == 0]
+    assert untrained, "the fixture should leave some arm untrained (the constant local judge gives no weight)"
+    for arm, seed in untrained:  # LoRA B = 0: the same policy, so the same seeds give the same episodes
+        rows = evaluation[(evaluation["arm"] == arm) & (evaluation["seed"] == seed)].set_index(key).sort_index()
+        assert rows.index.equals(base.index)
+        assert (rows[["success", "steps"]].to_numpy() == base[["success", "steps"]].to_numpy()).all()
+    learning = doc.analysis["learning"]
+    assert learning["n_episodes"] == 2 * doc.task_sets["train_eval"]["n"]
+    for arm, seed in untrained:
+        if [s for a, s in untrained if a == arm] == learning["arms"][arm]["seeds"]:
+            assert learning["arms"][arm]["estimate"] == 0.0 and learning["arms"][arm]["moved"] is False
 
 
 def test_same_seed_twice_gives_identical_checkpoints_and_metrics(trained_run, credited_run, tmp_path, run_copier,
@@ -160,10 +185,15 @@ def test_checkpoints_load_with_peft(trained_run):
     from creditaudit.replay.policy import HFPolicy, load_policy
     from creditaudit.training_arms.loop import sequence_logprobs
 
+    import pyarrow.parquet as pq
+
     run, _, _ = trained_run
+    training = pq.read_table(run / "arms" / "training.parquet").to_pandas()
+    trained = training[(training["arm"] == "outcome_only") & (training["round"] == 2) & (training["steps_total"] > 0)]
+    seed = int(trained["seed"].iloc[0])  # a seed index whose rollouts had a success to learn from
     base = load_policy(run / "policy", history_length=0)
     before = float(sequence_logprobs(base, ["action:"], ["open the red door"]).detach())
-    model = PeftModel.from_pretrained(base.model, run / "arms" / "checkpoints" / "seed-0" / "round-2" / "outcome_only")
+    model = PeftModel.from_pretrained(base.model, run / "arms" / "checkpoints" / f"seed-{seed}" / "round-2" / "outcome_only")
     tuned = HFPolicy(model.base_model.model, base.tokenizer, history_length=0)
     assert float(sequence_logprobs(tuned, ["action:"], ["open the red door"]).detach()) != before
     assert set(ARM_NAMES) == {p.name for p in (run / "arms" / "checkpoints" / "seed-0" / "round-1").iterdir() if p.is_dir()}

@@ -109,9 +109,10 @@ def _entries_for_test(prefix: str, test: dict[str, Any], *, stat_fmt: str) -> li
             Value(f"{prefix}.note", "", text="—")]
 
 
-@producer("arms", inputs=("arms.tasks", "arms.evaluation", "arms.training", "arms.probe_distributions"), version=1,
+@producer("arms", inputs=("arms.tasks", "arms.evaluation", "arms.training", "arms.probe_distributions"), version=2,
           when=_has_arms,
-          description="Training arms: format collapse, held-out success, C1-C6 with Holm and MDE, dose, divergence.")
+          description="Training arms: format collapse, held-out success, learning on the training tasks, C1-C6 "
+                      "with Holm and MDE, dose, divergence.")
 def arms_entries(ctx: ProducerContext) -> list[Value]:
     from creditaudit.training_arms.analysis import analyse
 
@@ -153,6 +154,14 @@ def arms_entries(ctx: ProducerContext) -> list[Value]:
                 Value(f"arms.{arm}.train_success", train["arms"].get(arm, {}).get("mean_included"), ".3f"),
                 Value(f"arms.{arm}.eval_success_per_seed", entry.get("per_seed", {}),
                       text=", ".join(f"{v:.3f}" for v in entry.get("per_seed", {}).values()) or "none")]
+
+    learning = a["learning"]
+    out.append(Value("arms.learning.n_episodes", learning["n_episodes"], "d"))
+    for arm, entry in learning["arms"].items():
+        p = f"arms.{arm}.learning"
+        out += [Value(f"{p}.estimate", entry.get("estimate"), "+.3f"),
+                Value(f"{p}.pvalue", entry.get("pvalue"), ".4f"),
+                Value(f"{p}.moved", bool(entry.get("moved")))]
 
     ids = []
     for c in a["comparisons"]:
