@@ -11,7 +11,7 @@ import yaml
 __all__ = ["SIGNALS", "CONTROLS", "train_planted_policy", "make_run"]
 
 
-def train_planted_policy(directory: Path) -> None:
+def train_planted_policy(directory: Path, *, hidden_size: int = 32, num_layers: int = 1, num_heads: int = 2) -> None:
     """A tiny real Qwen2 policy behaviour-cloned on uniformly random doors of the planted environment.
 
     It samples (nearly) uniformly among the admissible doors, which makes it close to the
@@ -57,7 +57,8 @@ def train_planted_policy(directory: Path) -> None:
               builder.build("g", "o", ["a"], [("o", "a")], hindsight="h")]
     vocabulary = list(SPECIAL_TOKENS) + sorted(words_from_texts(texts) - set(SPECIAL_TOKENS))
     tokenizer = build_tokenizer(vocabulary)
-    model = build_model(len(tokenizer), tokenizer, hidden_size=32, num_layers=1, num_heads=2, init_seed=11)
+    model = build_model(len(tokenizer), tokenizer, hidden_size=hidden_size, num_layers=num_layers, num_heads=num_heads,
+                        init_seed=11)
     train_behaviour_cloning(model, tokenizer, examples, epochs=10, learning_rate=1e-2, rng=np.random.default_rng(3))
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
