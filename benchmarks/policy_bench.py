@@ -7,7 +7,7 @@ writes ``benchmarks/results/policy_bench.json``.
 Usage::
 
     .venv/bin/python benchmarks/policy_bench.py [--games-dir DIR] [--set hidden_size=128 ...]
-        [--held-out 24] [--rollouts 1] [--decodings constrained,admissible,free]
+        [--held-out 24] [--rollouts 1] [--decodings admissible,constrained,free]
         [--out benchmarks/results/policy_bench.json]
 
 The policy is measured under each decoding of ``--decodings`` on the same held-out games.
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rollouts", type=int, default=1, help="rollouts per held-out game")
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--threads", type=int, default=None, help="torch threads during the build (default: the recipe's)")
-    parser.add_argument("--decodings", default="constrained,admissible,free",
+    parser.add_argument("--decodings", default="admissible,constrained,free",
                         help="comma-separated decodings to measure the built policy with (the first during the build)")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "policy_bench.json")
     args = parser.parse_args(argv)

@@ -22,10 +22,10 @@ __all__ = ["DEMO_OVERRIDES", "demo_command", "demo_protocol_text", "run_demo"]
 #: How the demo departs from the paper-size default template, to fit ~10 minutes on 2 cores.
 DEMO_OVERRIDES: dict[str, Any] = {
     "environment": {"generator": {"games_per_type": 1}, "horizon": 10},
-    # A demo-size build of the default recipe (the full build trains twice as long), decoding
-    # constrained to the admissible commands (the tiny model cannot yet copy object names in free
-    # generation; see README).
-    "policy": {"decoding": "constrained", "build": {"hidden_size": 64, "epochs": 6}},
+    # A demo-size build of the default recipe (half as wide), drawing among the
+    # admissible commands (the tiny model cannot yet copy object names in free generation; see
+    # README).
+    "policy": {"decoding": "admissible", "build": {"hidden_size": 64, "epochs": 3}},
     "collection": {"n_tasks": 2, "group_size": 2},
     "statistics": {"bootstrap_iterations": 2000},
     # A small arms run: every arm, two seeds, one round on one task (a pipeline check, not a finding).

@@ -226,11 +226,11 @@ class PolicyBuild(_Model):
     """Attention heads."""
     train_games: int = Field(48, ge=1, le=100_000)
     """Generated games on which the searching expert is demonstrated (behaviour-cloning data)."""
-    passes: int = Field(1, ge=1, le=1000)
+    passes: int = Field(2, ge=1, le=1000)
     """Demonstration episodes per training game (each with its own search draws and mistakes)."""
     noise_rate: float = Field(0.25, ge=0.0, le=1.0)
     """Probability of injecting a mistake at a demonstration step."""
-    epochs: int = Field(8, ge=1, le=1000)
+    epochs: int = Field(3, ge=1, le=1000)
     """Behaviour-cloning epochs."""
     decisive_repeats: int = Field(6, ge=1, le=100)
     """Times per epoch each example whose action handles an object (take, move, heat, cool,
@@ -241,6 +241,15 @@ class PolicyBuild(_Model):
     names from its prompt instead of memorising them."""
     learning_rate: float = Field(3e-3, gt=0.0, le=1.0)
     """AdamW learning rate."""
+    goal_variants: Annotated[int, ADDED_LATER] = Field(4, ge=0, le=32)
+    """Relabelled goals trained beside each demonstration step (0 turns it off): the searching
+    expert labels the same state under a goal naming another object in view, an absent object,
+    another receptacle or another task kind, and the variants share the step's prompt prefix in
+    one packed row (recipe v4)."""
+    train_dtype: Annotated[Literal["float32", "bfloat16"], ADDED_LATER] = "bfloat16"
+    """Compute dtype of the training passes (CPU autocast; the weights stay float32): bfloat16
+    trains about a fifth faster on a CPU with native bfloat16 (AVX512-BF16, AMX) and is as
+    reproducible; choose float32 on one without."""
 
 
 class PolicySection(_Model):
@@ -268,13 +277,15 @@ class PolicySection(_Model):
     """Maximum generated tokens per action."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     """Compute dtype."""
-    decoding: Literal["free", "admissible", "constrained"] = "constrained"
-    """``constrained`` (default): the action is generated token by token at temperature T with
-    every token that continues no admissible command masked out (the embedded default policy is
-    built for it); ``free``: the policy generates the action text (inadmissible text gets the
-    engine's "Nothing happens."; the papers' setting for Qwen-7B-class policies);
-    ``admissible``: the action is drawn from the policy's own distribution restricted to the
-    admissible commands (sequence log-probabilities tempered by T)."""
+    decoding: Literal["free", "admissible", "constrained"] = "admissible"
+    """``admissible`` (default): the action is drawn from the policy's own distribution restricted
+    to the admissible commands (whole-command log-probabilities tempered by T; the embedded default
+    policy is built for it); ``constrained``: the action is generated token by token at
+    temperature T with every token that continues no admissible command masked out (the verb is
+    then chosen before the object, and a small model that cannot tell at the verb whether the
+    task's object is in view takes whatever is there); ``free``: the policy generates the action
+    text (inadmissible text gets the engine's "Nothing happens."; the papers' setting for
+    Qwen-7B-class policies)."""
 
 
 # --------------------------------------------------------------------------- collection, replay

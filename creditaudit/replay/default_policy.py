@@ -34,27 +34,40 @@ injection) without learning to imitate deliberate errors.
 Loss
 ----
 Cross-entropy on the action tokens and ``<eoa>`` only (``context_weight = 0``; an auxiliary
-next-token loss on the prompt tokens is kept for experiments). Two choices made the policy
-succeed at all on held-out games (v3 of the recipe): the examples that handle an object (take,
-move, heat ...; a tenth of the data, and what every task turns on) are shown
-``decisive_repeats`` times an epoch, and from the second epoch on a share ``augment_share`` of
-the examples have their object names and instance numbers consistently renamed
-(:func:`rename_entities`), so the network must copy "watch 1" from its prompt instead of
-memorising which objects are taken. Batches group examples of similar length (little padding).
+next-token loss on the prompt tokens is kept for experiments). Three choices make the policy
+succeed at all on held-out games:
+
+* the examples that handle an object (take, move, heat ...; a tenth of the data, and what every
+  task turns on) are shown ``decisive_repeats`` times an epoch;
+* from the second epoch on a share ``augment_share`` of the examples have their object names and
+  instance numbers consistently renamed (:func:`rename_entities`), so the network must copy
+  "watch 1" from its prompt instead of memorising which objects are taken;
+* (v4) every step is trained beside ``goal_variants`` relabelled goals (:func:`relabel_goal`): the
+  expert is a pure function of the prompt, so the same state is labelled under a goal naming
+  another object in view (``take`` it), an absent one (search on), another receptacle or another
+  task kind (another appliance, or none). A demonstration shows each of these decisions a few
+  dozen times; the variants make minimal pairs in which the goal alone decides. They share the
+  step's prompt prefix in one packed row, each attending to the prefix and to itself only, so a
+  variant costs its own ~15 tokens, not a whole prompt.
+
+Batches group examples of similar length (little padding).
 
 Decoding
 --------
 A from-scratch model of this size puts part of its mass on commands that are not admissible
 (``take`` + an object not in the room), so it is run restricted to the admissible commands, by
-default with ``decoding: constrained`` (token-level masking,
-:meth:`~creditaudit.replay.policy.HFPolicy.sample`), which keeps the verb the model chose instead
-of renormalising whole commands. Measured (``benchmarks/policy_bench.py --rollouts 2``, 24
-held-out games): constrained 11/48 wins, sequence-level ``admissible`` 11/48, ``free`` 5/48 with
-40% of its sampled commands admissible.
+default with ``decoding: admissible``: a command is drawn with probability proportional to its
+whole-command probability under the model, tempered by T
+(:meth:`~creditaudit.replay.policy.HFPolicy.sample`). Token-level masking (``constrained``)
+chooses the verb before the object; this model cannot tell at the verb whether the task's
+object is in view (its probability of ``take`` was the same, about 0.5, with and without it), so
+under masking it takes whatever lies there. Whole-command scoring lets the object's probability
+veto the verb.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -243,13 +256,28 @@ def build_model(vocab_size: int, tokenizer: Any, *, hidden_size: int, num_layers
 
 
 @dataclass(frozen=True)
+class DemoState:
+    """What the demonstrator saw at one step: the inputs of :func:`expert_action` and of the
+    prompt (``history`` holds the last ``history_length`` turns, at least two)."""
+
+    goal: str
+    observation: str
+    admissible: tuple[str, ...]
+    history: tuple[tuple[str, str], ...]
+    history_length: int
+
+
+@dataclass(frozen=True)
 class BCExample:
     """One behaviour-cloning example: a prompt, the action that follows, and whether the action
-    is a training target (mistakes are context only)."""
+    is a training target (mistakes are context only). ``state`` (demonstrations only) keeps the
+    structured inputs, so the example can be relabelled under another goal
+    (:func:`relabel_goal`)."""
 
     prompt: str
     action: str
     target: bool = True
+    state: DemoState | None = None
 
 
 # ------------------------------------------------------------------------- noisy demonstrations
@@ -384,7 +412,8 @@ def _play_demonstration(task: Any, env: Any, rng: Any, *, noise_rate: float, his
                 action, target = candidates[int(rng.integers(len(candidates)))], False
         in_a_row = 0 if target else in_a_row + 1
         mistakes += not target
-        examples.append(BCExample(builder.build(goal, text, admissible, history), action, target))
+        state = DemoState(goal, text, admissible, tuple(history[-max(2, history_length):]), history_length)
+        examples.append(BCExample(builder.build(goal, text, admissible, history), action, target, state))
         result = env.step(action)
         history.append((text, action))
         text, admissible = result.text, tuple(result.admissible)
@@ -464,8 +493,15 @@ def rename_entities(prompt: str, action: str, rng: Any, names: Sequence[str], ma
     >>> a.split()[0], a.split()[2] == p.split()[4].rstrip(".")
     ('take', True)
     """
+    sub = _renamer(prompt + " " + action, rng, names, max_number)
+    return sub(prompt), sub(action)
+
+
+def _renamer(text: str, rng: Any, names: Sequence[str], max_number: int = 0) -> Callable[[str], str]:
+    """The renaming of :func:`rename_entities` drawn for the names found in ``text``, as a
+    function to apply to every text of one example."""
     name_set = set(names)
-    present = sorted({w.lower() for w in _TOKEN.findall(prompt + " " + action)})
+    present = sorted({w.lower() for w in _TOKEN.findall(text)})
     found = [w for w in present if w in name_set]
     drawn = rng.choice(len(names), size=len(found), replace=False) if found else []
     mapping = {w: names[int(i)] for w, i in zip(found, drawn)}
@@ -476,7 +512,93 @@ def rename_entities(prompt: str, action: str, rng: Any, names: Sequence[str], ma
     def sub(text: str) -> str:
         return _TOKEN.sub(lambda m: mapping.get(m.group(0).lower(), m.group(0)), text)
 
-    return sub(prompt), sub(action)
+    return sub
+
+
+_KIND_GOALS = {"simple": "put a {obj} in {recep}.", "clean": "put a clean {obj} in {recep}.",
+               "heat": "put a hot {obj} in {recep}.", "cool": "put a cool {obj} in {recep}."}
+_TAKE_COMMAND = re.compile(r"^take (?P<obj>\S+) \d+ from ")
+
+
+def relabel_goal(example: BCExample, rng: Any, names: Sequence[str], *, absent_share: float = 0.5,
+                 expert: Callable[..., str] | None = None) -> BCExample | None:
+    """The example's state under another goal, labelled by the expert.
+
+    The searching expert is a pure function of what a prompt shows, so any state of a
+    demonstration can be labelled under a different goal without touching the engine (hindsight
+    relabelling of the goal, as in HER):
+
+    * holding nothing, the new goal names another object that lies here (the label becomes
+      ``take`` it) or, for a ``take`` example with probability ``absent_share``, an object that is
+      nowhere in sight (the label becomes a search step);
+    * holding the object, the new goal names, half of the time, another task kind (``put a hot
+      ...``: another appliance, or none), otherwise another receptacle: half of the time the kind
+      of place the agent stands at (the label becomes ``move`` it here), else another kind in the
+      room (go there).
+
+    Minimal pairs of this kind (same room, same view, the goal alone decides) teach the comparison
+    of the goal with what is listed, which the demonstrations alone show a few dozen times.
+
+    Returns ``None`` when the example has no :class:`DemoState`, is not a target (a mistake), its
+    goal does not parse, or no other goal fits (nothing else in view; a ``look`` goal in hand).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> state = DemoState("put a mug in desk.", "On the shelf 1, you see a pen 1, and a mug 2.",
+    ...                   ("go to desk 1", "take mug 2 from shelf 1", "take pen 1 from shelf 1",
+    ...                    "examine shelf 1"), (), 2)
+    >>> ex = BCExample("...", "take mug 2 from shelf 1", True, state)
+    >>> new = relabel_goal(ex, np.random.default_rng(0), ["mug", "pen", "apple"], absent_share=0.0)
+    >>> new.state.goal, new.action
+    ('put a pen in desk.', 'take pen 1 from shelf 1')
+    """
+    from creditaudit.replay.searcher import parse_goal
+
+    state = example.state
+    if state is None or not example.target:
+        return None
+    parsed = parse_goal(state.goal)
+    if parsed is None:
+        return None
+    if any(a.startswith("move ") for a in state.admissible):
+        if parsed.recep is None:
+            return None
+        # Holding the object: the goal's receptacle is another kind of place in this room.
+        kinds = sorted({a[len("go to "):].rsplit(" ", 1)[0] for a in state.admissible if a.startswith("go to ")}
+                       - {parsed.recep})
+        here = sorted({a.rsplit(" to ", 1)[1].rsplit(" ", 1)[0] for a in state.admissible if a.startswith("move ")}
+                      - {parsed.recep})
+        if not kinds and not here:
+            return None
+        # Half of the time the place the agent stands at (the label becomes ``move`` it here).
+        pool = here if here and (not kinds or rng.random() < 0.5) else kinds
+        new_recep = pool[int(rng.integers(len(pool)))]
+        if parsed.kind in _KIND_GOALS and rng.random() < 0.5:
+            # Another task kind (the appliance to use changes, or none is needed).
+            kind = [k for k in _KIND_GOALS if k != parsed.kind][int(rng.integers(len(_KIND_GOALS) - 1))]
+            goal = _KIND_GOALS[kind].format(obj=parsed.obj, recep=parsed.recep)
+        else:
+            goal = re.sub(rf"\b{re.escape(parsed.recep)}\b", new_recep, state.goal, count=1, flags=re.IGNORECASE)
+        return _relabelled(state, goal, rng, expert)
+    present = sorted({m.group("obj") for a in state.admissible if (m := _TAKE_COMMAND.match(a))} - {parsed.obj})
+    seen = {w.lower() for w in _TOKEN.findall(state.observation)}
+    if example.action.startswith("take ") and rng.random() < absent_share:
+        present = [n for n in names if n not in seen and n != parsed.obj]
+    if not present:
+        return None
+    new_obj = present[int(rng.integers(len(present)))]
+    goal = re.sub(rf"\b{re.escape(parsed.obj)}\b", new_obj, state.goal, count=1, flags=re.IGNORECASE)
+    return _relabelled(state, goal, rng, expert)
+
+
+def _relabelled(state: DemoState, goal: str, rng: Any, expert: Callable[..., str] | None) -> BCExample:
+    from creditaudit.replay.searcher import expert_action
+
+    label = (expert or expert_action)(goal, state.observation, state.admissible, state.history, rng)
+    builder = PromptBuilder(None, history_length=state.history_length)
+    new_state = DemoState(goal, state.observation, state.admissible, state.history, state.history_length)
+    return BCExample(builder.build(goal, state.observation, state.admissible, state.history), label, True, new_state)
 
 
 DECISIVE_VERBS = frozenset({"take", "move", "put", "heat", "cool", "clean", "slice", "use"})
@@ -524,6 +646,91 @@ def _encode(tokenizer: Any, prompt: str, action: str) -> tuple[list[int], int]:
     return p + a + [tokenizer.eos_token_id], len(p)
 
 
+_TASK_LINE = "\ntask: "
+
+
+def _split_at_goal(prompt: str) -> tuple[str, str] | None:
+    """``(prefix, goal part)`` of a plain-template prompt: everything up to the ``task:`` line, and
+    the rest (the goal line and the action cue). ``None`` when the prompt has no such line."""
+    at = prompt.rfind(_TASK_LINE)
+    return None if at < 0 else (prompt[: at + 1], prompt[at + 1 :])
+
+
+def _packed_row(tokenizer: Any, prefix: str,
+                branches: Sequence[tuple[str, str]]) -> tuple[list[int], list[int], list[int], list[int]] | None:
+    """One training row holding a shared prompt prefix and several (goal part, action) branches.
+
+    Returns ``(ids, positions, branch_of, labels)``: the token ids, their position ids (every
+    branch continues the prefix's positions), the branch of each token (-1 for the prefix) and
+    its label (-100 where no loss is taken); ``None`` when the prefix and the first branch
+    tokenize differently apart than together (the example is then trained alone).
+    """
+    head = list(tokenizer(prefix, add_special_tokens=True)["input_ids"])
+    ids, pos, branch_of, labels = list(head), list(range(len(head))), [-1] * len(head), [-100] * len(head)
+    for b, (goal_part, action) in enumerate(branches):
+        g = list(tokenizer(goal_part, add_special_tokens=False)["input_ids"])
+        a = list(tokenizer(action, add_special_tokens=False)["input_ids"]) + [tokenizer.eos_token_id]
+        if b == 0 and head + g != list(tokenizer(prefix + goal_part, add_special_tokens=True)["input_ids"]):
+            return None
+        ids += g + a
+        pos += list(range(len(head), len(head) + len(g) + len(a)))
+        branch_of += [b] * (len(g) + len(a))
+        labels += [-100] * len(g) + a
+    return ids, pos, branch_of, labels
+
+
+def _packed_batch(tokenizer: Any, rows: Sequence[BCExample], rng: Any, names: Sequence[str], *, goal_variants: int,
+                  rename: bool, augment_share: float, max_number: int) -> tuple[Any, Any, Any, Any]:
+    """A batch of packed rows: each example's prompt prefix once, then its own goal and action and
+    up to ``goal_variants`` relabelled goals with the expert's actions (:func:`relabel_goal`),
+    each branch attending to the prefix and to itself only (a 4-D additive mask; positions
+    continue the prefix in every branch, as if each were alone). A share ``augment_share`` of the
+    rows (when ``rename``) has its names renamed consistently across all its branches."""
+    import numpy as np
+    import torch
+
+    packed = []
+    for ex in rows:
+        split = _split_at_goal(ex.prompt)
+        branches_ex = [ex]
+        if split is not None and ex.state is not None:
+            for _ in range(goal_variants):
+                variant = relabel_goal(ex, rng, names)
+                if variant is not None:
+                    branches_ex.append(variant)
+        if split is None:
+            prefix, parts = ex.prompt, [("", ex.action)]
+        else:
+            prefix = split[0]
+            parts = []
+            for b in branches_ex:
+                b_split = _split_at_goal(b.prompt)
+                if b_split is None or b_split[0] != prefix:
+                    continue
+                parts.append((b_split[1], b.action))
+        if rename and rng.random() < augment_share:
+            sub = _renamer(" ".join([prefix] + [g + " " + a for g, a in parts]), rng, names, max_number)
+            prefix, parts = sub(prefix), [(sub(g), sub(a)) for g, a in parts]
+        row = _packed_row(tokenizer, prefix, parts)
+        if row is None:  # the split tokenizes differently: the example alone
+            row = _packed_row(tokenizer, ex.prompt, [("", ex.action)])
+        packed.append(row)
+    width = max(len(r[0]) for r in packed)
+    ids = np.full((len(packed), width), tokenizer.pad_token_id, dtype=np.int64)
+    positions = np.zeros((len(packed), width), dtype=np.int64)
+    labels = np.full((len(packed), width), -100, dtype=np.int64)
+    allow = np.zeros((len(packed), width, width), dtype=bool)
+    for r, (row_ids, row_pos, branch_of, row_labels) in enumerate(packed):
+        n = len(row_ids)
+        ids[r, :n], positions[r, :n], labels[r, :n] = row_ids, row_pos, row_labels
+        bo = np.asarray(branch_of)
+        allow[r, :n, :n] = np.tri(n, dtype=bool) & ((bo[None, :] == -1) | (bo[None, :] == bo[:, None]))
+        allow[r, np.arange(n, width), np.arange(n, width)] = True  # padding sees itself
+    mask = torch.zeros(allow.shape, dtype=torch.float32)
+    mask.masked_fill_(torch.from_numpy(~allow), torch.finfo(torch.float32).min)
+    return torch.from_numpy(ids), mask[:, None], torch.from_numpy(positions), torch.from_numpy(labels)
+
+
 def train_behaviour_cloning(
     model: Any,
     tokenizer: Any,
@@ -539,6 +746,8 @@ def train_behaviour_cloning(
     max_number: int = 0,
     decisive_repeats: int = 1,
     context_weight: float = 0.0,
+    goal_variants: int = 0,
+    autocast: str | None = None,
     progress: Callable[[str, int, int], None] | None = None,
 ) -> dict[str, Any]:
     """Behaviour cloning: cross-entropy on the action tokens (and ``<eoa>``) of target examples.
@@ -570,7 +779,15 @@ def train_behaviour_cloning(
         examples, yet every task turns on them; the searching ``go to`` steps, whose targets are
         the expert's random draws, dominate the loss otherwise.
     context_weight : float, default 0.0
-        Weight of an auxiliary next-token loss on the prompt tokens (0: action tokens only).
+        Weight of an auxiliary next-token loss on the prompt tokens (0: action tokens only; only
+        without ``goal_variants``).
+    goal_variants : int, default 0
+        Relabelled goals (:func:`relabel_goal`) trained beside each example that keeps its
+        :class:`DemoState`, packed with it in one row (:func:`_packed_batch`); the renaming
+        augmentation then renames a row's branches together.
+    autocast : {"bfloat16", None}, default None
+        Compute dtype of the forward and backward passes (CPU autocast; weights and optimizer
+        state stay float32).
     progress : callable, optional
         ``progress("train", step, total_steps)``.
 
@@ -581,12 +798,15 @@ def train_behaviour_cloning(
     """
     import torch
 
+    if goal_variants and context_weight:
+        raise ValueError("`context_weight` needs unpacked rows: set `goal_variants` to 0 to use it")
     targets = [ex for ex in examples if ex.target]
     if not targets:
         raise InputError("behaviour cloning got no target example; generate more training games")
     if decisive_repeats > 1:
         targets += [ex for ex in targets if is_decisive(ex)] * (decisive_repeats - 1)
-    names = entity_names() if augment else ()
+    names = entity_names() if augment or goal_variants else ()
+    cast = (lambda: torch.autocast("cpu", dtype=getattr(torch, autocast))) if autocast else contextlib.nullcontext
     n = len(targets)
     steps_per_epoch = (n + batch_size - 1) // batch_size
     total = steps_per_epoch * epochs
@@ -596,7 +816,6 @@ def train_behaviour_cloning(
         optimizer, lambda s: min((s + 1) / warmup, max(0.0, (total - s) / max(1, total - warmup)))
     )
     model.train()
-    pad = tokenizer.pad_token_id
     epoch_losses = []
     step = 0
     lengths = [len(_encode(tokenizer, ex.prompt, ex.action)[0]) for ex in targets]
@@ -604,40 +823,26 @@ def train_behaviour_cloning(
         running, count = 0.0, 0
         for batch_rows in _length_bucketed_batches(lengths, batch_size, rng):
             rows = [targets[i] for i in batch_rows]
-            if augment:
+            if augment and not goal_variants:
                 # The first epoch shows the examples as they are; later ones renamed.
                 rows = [
-                    BCExample(*rename_entities(ex.prompt, ex.action, rng, names, max_number))
+                    BCExample(*rename_entities(ex.prompt, ex.action, rng, names, max_number), True)
                     if epoch and rng.random() < augment_share else ex
                     for ex in rows
                 ]
-            batch = [_encode(tokenizer, ex.prompt, ex.action) for ex in rows]
-            width = max(len(ids) for ids, _ in batch)
-            # Right padding: real tokens keep positions 0..len-1, exactly as at inference (where
-            # left padding comes with explicit positions).
-            ids = torch.full((len(batch), width), pad, dtype=torch.long)
-            mask = torch.zeros((len(batch), width), dtype=torch.long)
-            labels = torch.full((len(batch), width), -100, dtype=torch.long)
-            context = torch.full((len(batch), width), -100, dtype=torch.long)
-            for b, (row, n_prompt) in enumerate(batch):
-                ids[b, : len(row)] = torch.tensor(row)
-                mask[b, : len(row)] = 1
-                labels[b, n_prompt : len(row)] = torch.tensor(row[n_prompt:])
-                context[b, 1:n_prompt] = torch.tensor(row[1:n_prompt])
-            logits = model(input_ids=ids, attention_mask=mask).logits
-            flat = logits[:, :-1].reshape(-1, logits.shape[-1])
-            loss = torch.nn.functional.cross_entropy(flat, labels[:, 1:].reshape(-1), ignore_index=-100)
-            if context_weight:
-                loss = loss + context_weight * torch.nn.functional.cross_entropy(
-                    flat, context[:, 1:].reshape(-1), ignore_index=-100
-                )
+            if goal_variants:
+                step_loss = _packed_loss(model, tokenizer, rows, rng, names, cast, goal_variants=goal_variants,
+                                         rename=augment and epoch > 0, augment_share=augment_share,
+                                         max_number=max_number)
+            else:
+                step_loss = _plain_loss(model, tokenizer, rows, cast, context_weight)
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            step_loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
             scheduler.step()
-            running += float(loss.detach()) * len(batch)
-            count += len(batch)
+            running += float(step_loss.detach()) * len(rows)
+            count += len(rows)
             step += 1
             if progress is not None:
                 progress("train", step, total)
@@ -649,6 +854,48 @@ def train_behaviour_cloning(
         "first_epoch_loss": epoch_losses[0],
         "last_epoch_loss": epoch_losses[-1],
     }
+
+
+def _packed_loss(model: Any, tokenizer: Any, rows: Sequence[BCExample], rng: Any, names: Sequence[str],
+                 cast: Callable[[], Any], **packing: Any) -> Any:
+    """Mean action-token cross-entropy of one batch of packed rows (:func:`_packed_batch`)."""
+    import torch
+
+    ids, mask, positions, labels = _packed_batch(tokenizer, rows, rng, names, **packing)
+    with cast():
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits.float()
+    flat = logits[:, :-1].reshape(-1, logits.shape[-1])
+    return torch.nn.functional.cross_entropy(flat, labels[:, 1:].reshape(-1), ignore_index=-100)
+
+
+def _plain_loss(model: Any, tokenizer: Any, rows: Sequence[BCExample], cast: Callable[[], Any],
+                context_weight: float) -> Any:
+    """Mean action-token cross-entropy of one batch of whole examples (plus ``context_weight``
+    times the prompt tokens' next-token loss)."""
+    import torch
+
+    pad = tokenizer.pad_token_id
+    batch = [_encode(tokenizer, ex.prompt, ex.action) for ex in rows]
+    width = max(len(ids) for ids, _ in batch)
+    # Right padding: real tokens keep positions 0..len-1, exactly as at inference (where left
+    # padding comes with explicit positions).
+    ids = torch.full((len(batch), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(batch), width), dtype=torch.long)
+    labels = torch.full((len(batch), width), -100, dtype=torch.long)
+    context = torch.full((len(batch), width), -100, dtype=torch.long)
+    for b, (row, n_prompt) in enumerate(batch):
+        ids[b, : len(row)] = torch.tensor(row)
+        mask[b, : len(row)] = 1
+        labels[b, n_prompt : len(row)] = torch.tensor(row[n_prompt:])
+        context[b, 1:n_prompt] = torch.tensor(row[1:n_prompt])
+    with cast():
+        logits = model(input_ids=ids, attention_mask=mask).logits.float()
+    flat = logits[:, :-1].reshape(-1, logits.shape[-1])
+    loss = torch.nn.functional.cross_entropy(flat, labels[:, 1:].reshape(-1), ignore_index=-100)
+    if context_weight:
+        loss = loss + context_weight * torch.nn.functional.cross_entropy(flat, context[:, 1:].reshape(-1),
+                                                                         ignore_index=-100)
+    return loss
 
 
 # ------------------------------------------------------------------------- evaluation
@@ -784,7 +1031,7 @@ def evaluate_policy(
 
 # ------------------------------------------------------------------------- the build
 
-BUILD_FORMAT_VERSION = 3
+BUILD_FORMAT_VERSION = 4
 """Version of the build recipe; bumped whenever the same seed would give different weights."""
 BUILD_RECORD = "creditaudit_policy.json"
 """Build record written beside the model (not part of the policy's identity hashes)."""
@@ -802,7 +1049,7 @@ CONTEXT_LOSS_WEIGHT = 0.0
 """Weight of the auxiliary next-token loss on prompt tokens (see :func:`train_behaviour_cloning`)."""
 
 _BUILD_FIELDS = ("seed", "hidden_size", "num_layers", "num_heads", "train_games", "passes", "noise_rate", "epochs",
-                 "learning_rate", "decisive_repeats", "augment_share")
+                 "learning_rate", "decisive_repeats", "augment_share", "goal_variants", "train_dtype")
 AUGMENT_NUMBERS = 9
 """Instance numbers 1..9 are permuted by the renaming augmentation (ALFWorld rooms rarely hold
 more than nine of a kind; higher numbers keep their names)."""
@@ -914,7 +1161,7 @@ def build_default_policy(
     eval_rollouts: int = 1,
     n_held_out: int = DEFAULT_HELD_OUT_GAMES,
     threads: int = BUILD_THREADS,
-    decoding: str = "free",
+    decoding: str = "admissible",
     context_weight: float = CONTEXT_LOSS_WEIGHT,
     demo_workers: int = DEMO_WORKERS,
     progress: Callable[[str, int, int], None] | None = None,
@@ -946,7 +1193,7 @@ def build_default_policy(
         Measure the saved policy, loaded back through :func:`~creditaudit.replay.policy.load_policy`.
     eval_temperature, eval_rollouts : float, int
         Sampling temperature and rollouts per held-out game (horizon 30).
-    decoding : {"free", "admissible"}, default "free"
+    decoding : {"admissible", "constrained", "free"}, default "admissible"
         How the built policy is evaluated (the protocol's ``policy.decoding``).
     threads : int, default min(2, CPUs)
         Torch threads during the build (see :data:`BUILD_THREADS`: pass 1 on a machine whose other
@@ -1049,6 +1296,8 @@ def build_default_policy(
                 rng=seed_streams.rng(root, "policy/order"), context_weight=context_weight, progress=progress,
                 decisive_repeats=int(args["decisive_repeats"]), augment=float(args["augment_share"]) > 0,
                 augment_share=float(args["augment_share"]), max_number=AUGMENT_NUMBERS,
+                goal_variants=int(args["goal_variants"]),
+                autocast=None if args["train_dtype"] == "float32" else str(args["train_dtype"]),
             )
             timings["train"] = time.perf_counter() - t0
             out.mkdir(parents=True, exist_ok=True)

@@ -20,6 +20,7 @@ from creditaudit.replay.default_policy import (
     SPECIAL_TOKENS,
     UNK_TOKEN,
     BCExample,
+    DemoState,
     build_default_policy,
     build_model,
     build_tokenizer,
@@ -28,11 +29,14 @@ from creditaudit.replay.default_policy import (
     evaluate_policy,
     noisy_demonstrations,
     is_decisive,
+    relabel_goal,
     rename_entities,
     train_behaviour_cloning,
 )
+from creditaudit.replay.default_policy import _packed_batch, _split_at_goal
 from creditaudit.replay.env import Observation, StepResult, Task
-from creditaudit.replay.policy import HFPolicy, load_policy, policy_file_hashes
+from creditaudit.replay.policy import HFPolicy, PromptBuilder, load_policy, policy_file_hashes
+from creditaudit.replay.searcher import parse_goal
 
 # ----------------------------------------------------------------------------- a tiny game
 
@@ -265,6 +269,117 @@ def test_evaluation_counts_and_does_not_depend_on_batching():
     r = runs[0]
     assert r.episodes == 6 and 6 <= r.steps <= 6 * 12 and 0 <= r.admissible_steps <= r.steps
     assert 0.0 <= r.success_rate <= 1.0 and r.to_dict()["temperature"] == 0.7
+
+
+# ----------------------------------------------------------------------------- goal relabelling
+
+_NAMES = ("mug", "pen", "apple", "book", "vase", "watch")
+_SHELF = DemoState(
+    "put a mug in desk.",
+    "You arrive at shelf 1. On the shelf 1, you see a pen 1, and a mug 2.",
+    ("examine shelf 1", "go to desk 1", "go to drawer 1", "help", "take mug 2 from shelf 1",
+     "take pen 1 from shelf 1"),
+    (("You arrive at drawer 1. The drawer 1 is closed.", "go to shelf 1"),), 2)
+_HOLDING = DemoState(
+    "put a mug in desk.",
+    "You arrive at desk 1. On the desk 1, you see a vase 1.",
+    ("examine desk 1", "examine mug 2", "go to drawer 1", "go to shelf 1", "go to sinkbasin 1", "go to microwave 1",
+     "move mug 2 to desk 1"),
+    (("You arrive at shelf 1. On the shelf 1, you see a mug 2.", "take mug 2 from shelf 1"),), 2)
+
+
+def _example(state: DemoState, action: str) -> BCExample:
+    builder = PromptBuilder(None, history_length=state.history_length)
+    return BCExample(builder.build(state.goal, state.observation, state.admissible, state.history), action, True, state)
+
+
+def _only_the_task_line_differs(a: BCExample, b: BCExample) -> bool:
+    la, lb = a.prompt.splitlines(), b.prompt.splitlines()
+    return len(la) == len(lb) and [k for k, (x, y) in enumerate(zip(la, lb)) if x != y] == [len(la) - 2]
+
+
+def test_relabelled_goal_naming_another_object_in_view_is_taken():
+    ex = _example(_SHELF, "take mug 2 from shelf 1")
+    new = relabel_goal(ex, np.random.default_rng(0), _NAMES, absent_share=0.0)
+    assert new.state.goal == "put a pen in desk." and new.action == "take pen 1 from shelf 1"
+    assert _only_the_task_line_differs(ex, new) and new.target
+    # the rebuilt prompt is the one the policy would see in that state under that goal
+    assert new.prompt == _example(new.state, new.action).prompt
+
+
+def test_relabelled_goal_naming_an_absent_object_searches_on():
+    ex = _example(_SHELF, "take mug 2 from shelf 1")
+    for seed in range(10):
+        new = relabel_goal(ex, np.random.default_rng(seed), _NAMES, absent_share=1.0)
+        obj = parse_goal(new.state.goal).obj
+        assert obj in {"apple", "book", "vase", "watch"}  # in no line of the view
+        assert new.action in ("go to desk 1", "go to drawer 1") and _only_the_task_line_differs(ex, new)
+
+
+def test_relabelled_goal_with_the_object_in_hand_changes_the_place_or_the_task_kind():
+    ex = _example(_HOLDING, "move mug 2 to desk 1")
+    seen = set()
+    for seed in range(40):
+        new = relabel_goal(ex, np.random.default_rng(seed), _NAMES)
+        goal = parse_goal(new.state.goal)
+        assert goal.obj == "mug" and new.state.goal != ex.state.goal
+        expected = {"heat": "go to microwave 1", "clean": "go to sinkbasin 1", "cool": None}.get(goal.kind)
+        if goal.kind == "cool":  # no fridge in this room: the expert goes on to the target
+            expected = "move mug 2 to desk 1" if goal.recep == "desk" else f"go to {goal.recep} 1"
+        elif expected is None:
+            expected = "move mug 2 to desk 1" if goal.recep == "desk" else f"go to {goal.recep} 1"
+        assert new.action == expected, (new.state.goal, new.action)
+        seen.add(new.action.split()[0] + ("-kind" if goal.kind != "simple" else ""))
+    assert {"go", "go-kind"} <= seen
+
+
+def test_relabelling_with_the_object_in_hand_where_only_the_goal_place_is_elsewhere():
+    # every other place is of the goal's kind: the relabelled goal names the place here
+    state = DemoState("put a mug in desk.", "You arrive at shelf 1. On the shelf 1, you see nothing.",
+                      ("examine mug 2", "examine shelf 1", "go to desk 1", "move mug 2 to shelf 1"), (), 2)
+    moved = 0
+    for seed in range(12):
+        new = relabel_goal(_example(state, "go to desk 1"), np.random.default_rng(seed), _NAMES)
+        goal = parse_goal(new.state.goal)
+        if goal.recep == "shelf":
+            moved += 1
+            assert goal.kind == "simple" and new.action == "move mug 2 to shelf 1"
+        else:  # another task kind; no appliance in this room, so on to the goal's place
+            assert goal.kind != "simple" and new.action == "go to desk 1"
+    assert 0 < moved < 12
+
+
+def test_relabelling_skips_mistakes_and_examples_without_state():
+    ex = _example(_SHELF, "take mug 2 from shelf 1")
+    assert relabel_goal(BCExample(ex.prompt, ex.action, False, ex.state), np.random.default_rng(0), _NAMES) is None
+    assert relabel_goal(BCExample(ex.prompt, ex.action), np.random.default_rng(0), _NAMES) is None
+
+
+def test_packed_goal_variants_score_each_branch_as_if_alone():
+    demos = _demos()
+    tok = build_tokenizer(build_vocabulary([e.prompt for e in demos.examples] + list(_NAMES)))
+    model = _tiny_model(tok).eval()
+    rows = [e for e in demos.examples if e.target and e.state is not None][:6]
+    assert all(_split_at_goal(e.prompt) is not None for e in rows)
+    ids, mask, positions, labels = _packed_batch(tok, rows, np.random.default_rng(3), _NAMES, goal_variants=3,
+                                                 rename=False, augment_share=0.0, max_number=0)
+    with torch.no_grad():
+        logp = torch.log_softmax(model(input_ids=ids, attention_mask=mask, position_ids=positions).logits, -1)
+    packed = [float(logp[r, t - 1, labels[r, t]]) for r in range(len(rows)) for t in range(1, ids.shape[1])
+              if labels[r, t] != -100]
+    # the same branches, drawn from the same generator, each scored on its own
+    rng, alone, branches = np.random.default_rng(3), [], 0
+    for ex in rows:
+        variants = [v for v in (relabel_goal(ex, rng, _NAMES) for _ in range(3)) if v is not None]
+        for b in [ex] + variants:
+            branches += 1
+            p = tok(b.prompt)["input_ids"]
+            full = p + tok(b.action, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+            with torch.no_grad():
+                lp = torch.log_softmax(model(input_ids=torch.tensor([full])).logits, -1)
+            alone += [float(lp[0, t - 1, full[t]]) for t in range(len(p), len(full))]
+    assert branches > len(rows)  # variants were packed
+    np.testing.assert_allclose(packed, alone, atol=1e-5)
 
 
 # ----------------------------------------------------------------------------- the build
