@@ -11,7 +11,7 @@ from creditaudit.protocol.schema import Protocol, identity_dict
 
 # The protocol id of the shipped default template. It changes only when the template's meaning or
 # the canonical form changes; update it deliberately, never to make a test pass.
-DEFAULT_TEMPLATE_ID = "029ec968bcf77463bbda81d31385f492ae0fcb2ca62f12d02ada014eff8d9489"
+DEFAULT_TEMPLATE_ID = "051b0ec01874ac72a8009d3df1a170ec1f786de3d90f87327364e574414f4008"
 
 
 @pytest.fixture()
