@@ -1,10 +1,11 @@
 """The audit on real ALFWorld: the embedded default policy's rollouts replayed, every credit family
 (ProVer and VICT included) computed, audited, and the figures set beside the papers'.
 
-Workload: the default template (horizon 30, G = 8, every family and control, the full default
-policy) on ``--tasks`` tasks of the generated task list instead of 24, so that it finishes on a
-2-core machine. Stages: protocol, policy, freeze, games, collect, replay, signals, audit (the
-training arms are ``arms_bench.py``). Then the ProVer judge-ablation table (judge, random and
+Workload: the default template (G = 8, every family and control, the full default policy; its
+horizon is 50 now, and the committed runs below were frozen when it was 30) on ``--tasks`` tasks
+of the generated task list instead of 24, so that it finishes on a 2-core machine. Stages:
+protocol, policy, freeze, games, collect, replay, signals, audit (the training arms are
+``arms_bench.py``). Then the ProVer judge-ablation table (judge, random and
 oracle proposers on the same groups, same verification seeds).
 
 Writes ``benchmarks/results/alfworld_audit_bench.json`` (no wall-clock time in it besides the

@@ -162,7 +162,8 @@ def run_demo(run: Path, *, quiet: bool = False, overrides: dict[str, Any] | None
         with progress_bars(enabled=not quiet) as update:
             build_default_policy(
                 target, protocol.policy.build, history_length=protocol.policy.history_length,
-                eval_temperature=protocol.policy.temperature, games_dir=run / ".policy-build-games",
+                eval_temperature=protocol.policy.temperature, eval_horizon=protocol.environment.horizon,
+                games_dir=run / ".policy-build-games",
                 decoding=protocol.policy.decoding, n_held_out=held_out_games,
                 progress=update,
             )

@@ -193,8 +193,10 @@ class EnvironmentSection(_Model):
     """Generator settings (used when ``source: generated``)."""
     games: list[GameFile] = Field(default_factory=list)
     """Frozen task list of user-supplied games (required when ``source: directory``)."""
-    horizon: int = Field(30, ge=1, le=1000)
-    """Maximum agent steps per episode; reaching it ends the episode with outcome 0."""
+    horizon: int = Field(50, ge=1, le=1000)
+    """Maximum agent steps per episode; reaching it ends the episode with outcome 0. The default
+    is ALFWorld's customary limit, the one the papers train and evaluate under (VICT, GiGPO:
+    at most 50 environment steps)."""
     params: dict[str, Union[int, float, str, bool]] = Field(default_factory=dict)
     """Extra constructor arguments of the registered environment (e.g. the planted environment's
     sizes and effects)."""
@@ -246,6 +248,11 @@ class PolicyBuild(_Model):
     expert labels the same state under a goal naming another object in view, an absent object,
     another receptacle or another task kind, and the variants share the step's prompt prefix in
     one packed row (recipe v4)."""
+    search_targets: Annotated[Literal["draw", "distribution"], ADDED_LATER] = "distribution"
+    """What a searching ``go to`` step is trained against: ``distribution``, the expert's whole
+    distribution over the places it searches (soft targets: every place it would never go back
+    to has probability 0, every place that can hold the object the same share; recipe v5);
+    ``draw``, its one random draw (recipe v4)."""
     train_dtype: Annotated[Literal["float32", "bfloat16"], ADDED_LATER] = "bfloat16"
     """Compute dtype of the training passes (CPU autocast; the weights stay float32): bfloat16
     trains about a fifth faster on a CPU with native bfloat16 (AVX512-BF16, AMX) and is as

@@ -65,6 +65,7 @@ def build_command(
             history_length=spec.policy.history_length,
             evaluate=evaluate,
             eval_temperature=spec.policy.temperature,
+            eval_horizon=spec.environment.horizon,
             decoding=spec.policy.decoding,
             games_dir=target.parent / ".policy-build-games",
             progress=update,

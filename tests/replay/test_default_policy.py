@@ -15,6 +15,7 @@ import torch
 
 from creditaudit.replay.default_policy import (
     BUILD_RECORD,
+    DEMO_HORIZON,
     EOA_TOKEN,
     PAD_TOKEN,
     SPECIAL_TOKENS,
@@ -23,6 +24,7 @@ from creditaudit.replay.default_policy import (
     DemoState,
     build_default_policy,
     build_model,
+    expert_search,
     build_tokenizer,
     build_vocabulary,
     environment_words,
@@ -36,7 +38,7 @@ from creditaudit.replay.default_policy import (
 from creditaudit.replay.default_policy import _packed_batch, _split_at_goal
 from creditaudit.replay.env import Observation, StepResult, Task
 from creditaudit.replay.policy import HFPolicy, PromptBuilder, load_policy, policy_file_hashes
-from creditaudit.replay.searcher import parse_goal
+from creditaudit.replay.searcher import expert_action, parse_goal, search_weights
 
 # ----------------------------------------------------------------------------- a tiny game
 
@@ -361,7 +363,7 @@ def test_packed_goal_variants_score_each_branch_as_if_alone():
     model = _tiny_model(tok).eval()
     rows = [e for e in demos.examples if e.target and e.state is not None][:6]
     assert all(_split_at_goal(e.prompt) is not None for e in rows)
-    ids, mask, positions, labels = _packed_batch(tok, rows, np.random.default_rng(3), _NAMES, goal_variants=3,
+    ids, mask, positions, labels, soft = _packed_batch(tok, rows, np.random.default_rng(3), _NAMES, goal_variants=3,
                                                  rename=False, augment_share=0.0, max_number=0)
     with torch.no_grad():
         logp = torch.log_softmax(model(input_ids=ids, attention_mask=mask, position_ids=positions).logits, -1)
@@ -380,6 +382,68 @@ def test_packed_goal_variants_score_each_branch_as_if_alone():
             alone += [float(lp[0, t - 1, full[t]]) for t in range(len(p), len(full))]
     assert branches > len(rows)  # variants were packed
     np.testing.assert_allclose(packed, alone, atol=1e-5)
+    assert soft is None  # no soft targets unless asked for
+
+
+# A search state: holding nothing, no mug in view, drawer 1 just visited.
+_SEARCH = DemoState(
+    "put a mug in desk.",
+    "You arrive at shelf 1. On the shelf 1, you see a pen 1.",
+    ("examine shelf 1", "go to cabinet 1", "go to cabinet 2", "go to drawer 1", "go to desk 1", "go to toilet 1",
+     "take pen 1 from shelf 1"),
+    (("You arrive at drawer 1. On the drawer 1, you see nothing.", "go to drawer 1"),), 2)
+
+
+def _expected_search(state):
+    # the expert's distribution, from the searcher's own weights (mug: not in a toilet)
+    places = [a[len("go to "):] for a in state.admissible if a.startswith("go to ")]
+    w = np.array(search_weights(places, "mug", {"drawer 1"}))
+    return dict(zip(places, w / w.sum()))
+
+
+def test_expert_search_is_the_experts_distribution_and_draw():
+    expected = _expected_search(_SEARCH)
+    assert expected["drawer 1"] == 0 and expected["toilet 1"] < expected["cabinet 1"]
+    action, dist = expert_search(_SEARCH, np.random.default_rng(0))
+    assert dist == pytest.approx({k: v for k, v in expected.items() if v > 0})
+    # the draw is the expert's own draw with the same generator
+    assert action == expert_action(_SEARCH.goal, _SEARCH.observation, _SEARCH.admissible, _SEARCH.history,
+                                   np.random.default_rng(0))
+    # a decision the expert takes for sure has no distribution
+    assert expert_search(_SHELF, np.random.default_rng(0)) == ("take mug 2 from shelf 1", None)
+
+
+def test_soft_search_targets_are_the_cross_entropy_against_the_expert_distribution():
+    tok = build_tokenizer(build_vocabulary([_example(_SEARCH, "go to cabinet 1").prompt] + list(_NAMES)))
+    model = _tiny_model(tok).eval()
+    ex = _example(_SEARCH, "go to cabinet 1")
+    ids, mask, positions, labels, soft = _packed_batch(tok, [ex], np.random.default_rng(4), _NAMES, goal_variants=0,
+                                                      rename=False, augment_share=0.0, max_number=0,
+                                                      search_targets=True)
+    rows, at, targets = soft
+    assert rows.tolist() == [0, 0] and (labels[0, at] == -100).all()
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits
+    soft_ce = float(-(targets * torch.log_softmax(logits[rows, at - 1], -1)).sum())
+    # The same quantity from the expert's distribution and the model scored on the prompt alone:
+    # -sum_k Q(kind k) log P(k | "go to") - sum_n Q(n | drawn kind) log P(n | "go to <kind>").
+    expected = _expected_search(_SEARCH)
+    drawn = tok.decode(ids[0, at[0]].item()).strip()
+    prompt = tok(ex.prompt)["input_ids"] + tok("go to", add_special_tokens=False)["input_ids"]
+    with torch.no_grad():
+        lp_kind = torch.log_softmax(model(input_ids=torch.tensor([prompt])).logits[0, -1], -1)
+        kind_id = tok(drawn, add_special_tokens=False)["input_ids"]
+        lp_num = torch.log_softmax(model(input_ids=torch.tensor([prompt + kind_id])).logits[0, -1], -1)
+    kinds = {}
+    for place, q in expected.items():
+        kinds[place.split()[0]] = kinds.get(place.split()[0], 0.0) + q
+    ref = -sum(q * float(lp_kind[tok(k, add_special_tokens=False)["input_ids"][0]]) for k, q in kinds.items() if q)
+    same_kind = {p.split()[1]: q for p, q in expected.items() if p.split()[0] == drawn and q}
+    ref -= sum(q / sum(same_kind.values()) * float(lp_num[tok(n, add_special_tokens=False)["input_ids"][0]])
+               for n, q in same_kind.items())
+    assert soft_ce == pytest.approx(ref, rel=1e-4)
+    # the branch's action is a draw of the expert's: a place of positive probability
+    assert drawn in kinds and kinds[drawn] > 0
 
 
 # ----------------------------------------------------------------------------- the build
@@ -392,16 +456,26 @@ def _weights_hash(path):
 def test_build_on_a_tiny_game_is_reproducible_and_loads_generically(tmp_path):
     build = {"seed": 7, "hidden_size": 16, "num_layers": 1, "num_heads": 2, "train_games": 6, "passes": 1,
              "noise_rate": 0.25, "epochs": 2, "learning_rate": 3e-3}
-    results = []
+    results, horizons = [], []
+
+    def factory(horizon):
+        horizons.append(horizon)
+        return _env_factory(horizon)
+
     for name in ("a", "b"):
         results.append(build_default_policy(
             tmp_path / name, build, train_games=tiny_games(6), held_out_games=tiny_games(2, offset=30),
-            env_factory=_env_factory, progress=None,
+            env_factory=factory, progress=None, eval_horizon=3,
         ))
     a, b = results
     assert _weights_hash(tmp_path / "a") == _weights_hash(tmp_path / "b")
     assert a["files"] == b["files"] == policy_file_hashes(tmp_path / "a")
     assert a["evaluation"] == b["evaluation"] and a["evaluation"]["episodes"] == 2
+    # demonstrations at their own horizon, the evaluation at the one asked for (3 steps at most;
+    # a tiny game's expert needs more, so no held-out episode can be won)
+    assert set(horizons) == {DEMO_HORIZON, 3}
+    assert a["evaluation"]["horizon"] == 3 and a["evaluation"]["steps"] <= 2 * 3
+    assert a["evaluation"]["successes"] == 0
     assert (tmp_path / "a" / BUILD_RECORD).read_bytes() == (tmp_path / "b" / BUILD_RECORD).read_bytes()
     policy = load_policy(tmp_path / "a", device="cpu")
     assert policy.tokenizer.eos_token == EOA_TOKEN and policy.prompt_builder.mode == "plain"
