@@ -262,9 +262,11 @@ def demo_command(
     fmt = (lambda v: "undefined" if v is None else f"{v:.3f}")
     typer.echo(f"run directory: {run}")
     typer.echo(f"protocol id: {report['protocol_id']}")
+    policy = report["policy"] or {}
+    played = f"T={policy.get('temperature', 0.7)}" + (f", {policy['horizon']} steps" if "horizon" in policy else "")
     typer.echo(
-        f"policy (held-out, T=0.7): success {fmt(report['policy'].get('success_rate'))}, "
-        f"admissible actions {fmt(report['policy'].get('admissible_rate'))}"
+        f"policy (held-out, {played}): success {fmt(policy.get('success_rate'))}, "
+        f"admissible actions {fmt(policy.get('admissible_rate'))}"
     )
     typer.echo(
         f"collected {collect['n_trajectories']} trajectories on {collect['n_tasks']} tasks: "
