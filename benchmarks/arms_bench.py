@@ -88,8 +88,8 @@ def main() -> None:
     data["environment"] = {"name": "planted", "source": "generated", "horizon": 2 * opts.rooms, "params": planted}
     data["collection"] = {"n_tasks": opts.pool, "group_size": 4, "determinism_instances": 2}
     data["policy"].update(source="local", history_length=0, max_action_tokens=6, decoding="admissible")
-    data["signals"] = [{"family": "implicit", "name": "implicit"},
-                       {"family": "judge", "name": "judge", "backend": "local", "model": "policy"}]
+    data["signals"] = [{"name": "implicit", "family": "implicit"},
+                       {"name": "judge", "family": "judge", "args": {"backend": "local", "model": "policy"}}]
     data["controls"] = [{"name": "random", "kind": "random", "null_control": True},
                         {"name": "uniform", "kind": "uniform", "null_control": True},
                         {"name": "shuffle-implicit", "kind": "shuffle", "of": "implicit"},

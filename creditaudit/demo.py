@@ -33,9 +33,9 @@ DEMO_OVERRIDES: dict[str, Any] = {
              "minibatch_size": 4},
     # The families this version computes (ProVer and VICT arrive with their own stage).
     "signals": [
-        {"family": "implicit", "name": "implicit"},
-        {"family": "judge", "name": "judge", "backend": "local", "model": "policy"},
-        {"family": "confidence", "name": "confidence"},
+        {"name": "implicit", "family": "implicit"},
+        {"name": "judge", "family": "judge", "args": {"backend": "local", "model": "policy"}},
+        {"name": "confidence", "family": "confidence"},
     ],
     "controls": [
         {"name": "random", "kind": "random", "null_control": True},

@@ -65,12 +65,12 @@ def train_planted_policy(directory: Path, *, hidden_size: int = 32, num_layers: 
 
 
 SIGNALS = [
-    {"family": "implicit", "name": "implicit"},
-    {"family": "judge", "name": "judge", "backend": "local", "model": "policy"},
-    {"family": "judge", "name": "judge-strict", "backend": "local", "model": "policy", "max_negative": 0},
-    {"family": "confidence", "name": "confidence"},
-    {"family": "grpo", "name": "grpo"},
-    {"family": "rloo", "name": "rloo"},
+    {"name": "implicit", "family": "implicit"},
+    {"name": "judge", "family": "judge", "args": {"backend": "local", "model": "policy"}},
+    {"name": "judge-strict", "family": "judge", "args": {"backend": "local", "model": "policy", "max_negative": 0}},
+    {"name": "confidence", "family": "confidence"},
+    {"name": "grpo", "family": "grpo"},
+    {"name": "rloo", "family": "rloo"},
 ]
 CONTROLS = [
     {"name": "random", "kind": "random", "null_control": True},
@@ -89,8 +89,8 @@ CONTROLS = [
 def make_run(root: Path, policy_dir: Path, *, signals=None, controls=None, n_tasks=2, group=2,
              collect_now: bool = True) -> tuple[Path, object]:
     """A frozen planted-environment run directory (collected unless ``collect_now`` is False)."""
-    from creditaudit.protocol.cli import pin_policy_text
-    from creditaudit.protocol.io import default_template_text
+    from creditaudit.protocol.cli import pin_plugins_text, pin_policy_text
+    from creditaudit.protocol.io import default_template_text, parse_protocol
     from creditaudit.protocol.lock import freeze
     from creditaudit.protocol.signing import generate_keypair, load_signer
     from creditaudit.replay.collect import collect
@@ -105,7 +105,9 @@ def make_run(root: Path, policy_dir: Path, *, signals=None, controls=None, n_tas
     data["signals"] = signals if signals is not None else SIGNALS
     data["controls"] = controls if controls is not None else CONTROLS
     data["statistics"]["bootstrap_iterations"] = 500
-    (run / "protocol.yaml").write_text(pin_policy_text(yaml.safe_dump(data, sort_keys=False), run / "policy"))
+    text = pin_policy_text(yaml.safe_dump(data, sort_keys=False), run / "policy")
+    text = pin_plugins_text(text, parse_protocol(text))  # as `creditaudit protocol pin` does
+    (run / "protocol.yaml").write_text(text)
     signer = load_signer(generate_keypair(run / "keys")[0])
     freeze(run / "protocol.yaml", signer)
     if collect_now:

@@ -1,11 +1,10 @@
 """Fidelity audit of credit signals against replay truth, and the measurability map."""
 
 from creditaudit.audit.core import AuditResult, audit_tables, fluency_echo, verdict_sentence
-from creditaudit.audit.fidelity import NEUTRAL, SubjectStats, bootstrap_pvalue, included_turns, subject_statistics
+from creditaudit.audit.fidelity import SubjectStats, bootstrap_pvalue, included_turns, neutral_value, subject_statistics
 from creditaudit.audit.measurability import MeasurabilityMap, degenerate_trajectories, measurability_map
 
 __all__ = [
-    "NEUTRAL",
     "AuditResult",
     "MeasurabilityMap",
     "SubjectStats",
@@ -15,6 +14,7 @@ __all__ = [
     "fluency_echo",
     "included_turns",
     "measurability_map",
+    "neutral_value",
     "subject_statistics",
     "verdict_sentence",
 ]

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from creditaudit.audit.fidelity import SubjectStats, included_turns, subject_statistics
+from creditaudit.audit.fidelity import SubjectStats, included_turns, neutral_value, subject_statistics
 from creditaudit.audit.measurability import degenerate_trajectories
 from creditaudit.errors import InputError
 from creditaudit.protocol.decision import Decision, decide_all
@@ -40,6 +40,13 @@ def _subjects(protocol: Protocol) -> list[tuple[str, str, str | None]]:
     out = [(s.name, "family", None) for s in protocol.signals]
     out += [(c.name, c.kind, c.of) for c in protocol.controls]
     return out
+
+
+def family_objects(protocol: Protocol) -> dict[str, Any]:
+    """Every signal's family object (what it declares: ``neutral``, ``fluency_echo`` ...), by signal name."""
+    from creditaudit.signals.base import make_family
+
+    return {s.name: make_family(s) for s in protocol.signals}
 
 
 def fluency_echo(
@@ -128,11 +135,14 @@ def audit_tables(
     degenerate = degenerate_trajectories(replay, min_complete_turns=protocol.exclusions.min_complete_turns,
                                          exclude_constant=protocol.exclusions.exclude_constant_replay)
     included = included_turns(replay, degenerate)
+    objects = family_objects(protocol)
     subjects: dict[str, SubjectStats] = {}
     for name, kind, of in _subjects(protocol):
         rows = credit.loc[credit.family == name, ["trajectory_id", "turn", "credit", "abstained"]]
+        source = objects.get(of if kind != "family" else name)
+        neutral = neutral_value(source.neutral if source is not None else None, kind)
         subjects[name] = subject_statistics(rows, included, subject=name, kind=kind, of=of,
-                                            protocol=protocol, protocol_id=protocol_id)
+                                            protocol=protocol, protocol_id=protocol_id, neutral=neutral)
 
     families = list(protocol.hypotheses.confirmatory) or [s.name for s in protocol.signals]
     pvalues = [subjects[f].p_value if subjects[f].p_value is not None else 1.0 for f in families]
@@ -164,7 +174,7 @@ def audit_tables(
             ((replay.status == "complete") & replay.trajectory_id.isin(degenerate)).sum()),
     }
     fluency_result = None
-    implicit = next((s.name for s in protocol.signals if s.family == "implicit"), None)
+    implicit = next((n for n, f in objects.items() if getattr(f, "fluency_echo", False)), None)
     if implicit is not None and fluency is not None:
         try:
             shuffle_name = protocol.control_of(implicit, "shuffle")

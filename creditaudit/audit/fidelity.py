@@ -29,20 +29,7 @@ import pandas as pd
 from creditaudit.protocol.seeds import rng as stream_rng
 from creditaudit.protocol.schema import Protocol
 
-__all__ = ["NEUTRAL", "SubjectStats", "subject_statistics", "included_turns", "neutral_value", "bootstrap_pvalue"]
-
-#: The credit value that means "no credit either way", by family (signs are taken relative to it).
-#: rho_t is a ratio around 1; judge, ProVer and VICT credits are signed around 0; confidence is a
-#: probability with no neutral point, so it is centred within each trajectory.
-NEUTRAL: dict[str, float | str] = {
-    "implicit": 1.0,
-    "judge": 0.0,
-    "prover": 0.0,
-    "vict": 0.0,
-    "grpo": 0.0,
-    "rloo": 0.0,
-    "confidence": "trajectory-mean",
-}
+__all__ = ["SubjectStats", "subject_statistics", "included_turns", "neutral_value", "bootstrap_pvalue"]
 
 
 @dataclass(frozen=True)
@@ -94,14 +81,24 @@ class SubjectStats:
         }
 
 
-def neutral_value(family: str | None, kind: str) -> float | str:
-    """Neutral credit of a subject: its family's, negated for an inverted control, 0 for nulls."""
+def neutral_value(family_neutral: float | str | None, kind: str) -> float | str:
+    """Neutral credit of a subject: its family's (the family object's ``neutral`` attribute, never
+    looked up by name), negated for an inverted control, 0 for the null controls.
+
+    Examples
+    --------
+    >>> neutral_value(1.0, "family"), neutral_value(1.0, "inverted"), neutral_value(None, "random")
+    (1.0, -1.0, 0.0)
+    >>> neutral_value("trajectory-mean", "shuffle")
+    'trajectory-mean'
+    """
     if kind in ("random", "uniform"):
         return 0.0
-    base = NEUTRAL.get(family or "", 0.0)
-    if kind == "inverted" and isinstance(base, float):
-        return -base
-    return base
+    if family_neutral is None:
+        raise ValueError(f"a {kind!r} subject needs its family's neutral value")
+    if kind == "inverted" and not isinstance(family_neutral, str):
+        return -float(family_neutral)
+    return family_neutral if isinstance(family_neutral, str) else float(family_neutral)
 
 
 def bootstrap_pvalue(distribution: np.ndarray) -> float | None:
@@ -133,11 +130,13 @@ def subject_statistics(
     of: str | None,
     protocol: Protocol,
     protocol_id: str,
+    neutral: float | str,
 ) -> SubjectStats:
     """Statistics of one subject.
 
     ``credit``: this subject's rows (trajectory_id, turn, credit, abstained);
-    ``included``: :func:`included_turns` of the replay.
+    ``included``: :func:`included_turns` of the replay; ``neutral``: the subject's neutral credit
+    (:func:`neutral_value` of its family's declared ``neutral``).
     """
     from creditaudit.stats import median_spearman, precision_at_pivotal_lift, sign_agreement
 
@@ -174,7 +173,7 @@ def subject_statistics(
             )
     sign = dict(sign_agreement=None, sign_ci_low=None, sign_ci_high=None, sign_n_agree=0, sign_n_both_nonzero=0)
     if n_included:
-        centred = _centre(frame, neutral_value(of if kind != "family" else subject, kind))
+        centred = _centre(frame, neutral)
         try:
             s = sign_agreement(centred, frame.a_replay.to_numpy(float), confidence_level=stats.ci_level)
         except ValueError as exc:

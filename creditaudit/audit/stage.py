@@ -220,7 +220,7 @@ def run_audit(protocol_path: str | Path, signer: Signer) -> AuditDocument:
     run_dir = frozen.run_dir
     out_dir = run_dir / AUDIT_DIR
     out_dir.mkdir(parents=True, exist_ok=True)
-    implicit = next((s.name for s in protocol.signals if s.family == "implicit"), None)
+    implicit = result.fluency["family"] if result.fluency else None
     fluency_frame = None
     if implicit is not None:
         rows = credit.loc[(credit.family == implicit) & ~credit.abstained, ["trajectory_id", "turn", "credit"]]

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
+from typing import Any
 
 import typer
 
+from creditaudit.artifacts import write_bytes_atomic
 from creditaudit.errors import CheckFailed, InputError
 from creditaudit.protocol.inputs import policy_pins
 from creditaudit.protocol.io import default_template_text, load_protocol, parse_protocol
@@ -85,25 +88,85 @@ def pin_policy_text(text: str, policy: Path) -> str:
     return text.replace(_PIN_LINES[2], f"  chat_template_sha256: {chat if chat else 'null'}\n")
 
 
+_PLUGINS_LINE = re.compile(r"(?m)^plugins:[ \t]*\[\][ \t]*(#.*)?$")
+
+
+def pin_plugins_text(text: str, protocol: Any) -> str:
+    """``text`` with a ``plugins`` section pinning every plugin the protocol uses (its placeholder
+    ``plugins: []`` replaced, or the section appended when the file has none)."""
+    from creditaudit import plugins
+
+    if protocol.plugins:
+        raise InputError("the protocol's `plugins` section is already filled; pinning rewrites only an unpinned protocol")
+    pins = [plugins.pin_of(kind, name) for kind, name in protocol.plugins_used()]
+    block = "plugins:                       # written by `creditaudit protocol pin`\n" + "".join(
+        "  - " + json.dumps(pin, sort_keys=False) + "\n" for pin in pins)
+    if _PLUGINS_LINE.search(text):
+        return _PLUGINS_LINE.sub(lambda _m: block.rstrip("\n"), text, count=1)
+    if re.search(r"(?m)^plugins:", text):
+        raise InputError("the protocol's `plugins` key is written in a form `protocol pin` cannot rewrite; "
+                         "write `plugins: []` and pin again")
+    return text.rstrip("\n") + "\n\n" + block
+
+
 @app.command("pin")
 def pin_command(
-    path: Path = typer.Argument(..., help="An unpinned protocol (not yet frozen)."),
+    path: Path = typer.Argument(..., help="A protocol not yet frozen."),
     policy: Path | None = typer.Option(None, "--policy", help="Policy directory (default: the protocol's policy.path)."),
 ) -> None:
-    """Hash the policy's files into an unpinned protocol (before freezing)."""
+    """Pin the protocol's inputs before freezing: the policy's files and every plugin it uses."""
     from creditaudit.protocol.lock import lock_path_for, policy_dir
 
     if lock_path_for(path).exists():
         raise InputError(f"{path}: already frozen; a frozen protocol is never edited (amend instead)")
     protocol = load_protocol(path)
-    directory = policy or policy_dir(protocol, path)
-    text = pin_policy_text(path.read_text("utf-8"), directory)
+    text = path.read_text("utf-8")
+    said = []
+    if not protocol.policy.model_files:
+        directory = policy or policy_dir(protocol, path)
+        text = pin_policy_text(text, directory)
+        said.append(f"the files of {directory}")
+    elif policy is not None:
+        raise InputError(f"{path}: the policy is already pinned; `--policy` pins only an unpinned one")
+    if not protocol.plugins:
+        text = pin_plugins_text(text, protocol)
+        said.append(f"{len(protocol.plugins_used())} plugin(s)")
+    if not said:
+        raise InputError(f"{path}: the policy and the plugins are already pinned; nothing to pin")
     pinned = parse_protocol(text, source=str(path))
-    tmp = path.with_name("." + path.name + ".tmp")
-    tmp.write_text(text, "utf-8")
-    os.replace(tmp, path)
-    typer.echo(f"pinned {len(pinned.policy.model_files)} model and {len(pinned.policy.tokenizer_files)} tokenizer "
-               f"file(s) of {directory} into {path} (protocol id {pinned.id})")
+    write_bytes_atomic(path, text.encode("utf-8"))
+    typer.echo(f"pinned {' and '.join(said)} into {path} (protocol id {pinned.id})")
+
+
+@app.command("migrate")
+def migrate_command(
+    old: Path = typer.Argument(..., help="A protocol of an older schema version."),
+    new: Path = typer.Argument(..., help="Where to write it in the current schema (never overwritten)."),
+) -> None:
+    """Rewrite an older protocol in the current schema (a new protocol, with a new id, to pin and freeze)."""
+    import yaml
+
+    from creditaudit.protocol.io import migrate
+
+    if new.exists():
+        raise InputError(f"{new}: already exists; `protocol migrate` never overwrites (choose another path)")
+    try:
+        data = yaml.safe_load(old.read_text("utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"{old}: protocol file not found") from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise InputError(f"{old}: cannot read the protocol ({exc})") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{old}: a protocol is a YAML mapping at the top level")
+    data = migrate(data, source=str(old))
+    data.pop("plugins", None)
+    data["amends"] = None
+    text = (f"# migrated by `creditaudit protocol migrate` from {old.name} (comments are not carried over)\n"
+            + yaml.safe_dump(data, sort_keys=False, width=100))
+    protocol = parse_protocol(text, source=str(new))
+    new.parent.mkdir(parents=True, exist_ok=True)
+    write_bytes_atomic(new, text.encode("utf-8"))
+    typer.echo(f"wrote {new} (schema version {protocol.version}, protocol id {protocol.id}); pin and freeze it")
 
 
 @app.command("keygen")

@@ -21,6 +21,7 @@ __all__ = [
     "protocol_dict",
     "protocol_canonical_json",
     "format_validation_error",
+    "migrate",
 ]
 
 
@@ -84,15 +85,52 @@ def format_validation_error(exc: ValidationError, source: str) -> str:
     return "\n".join(lines)
 
 
+#: Keys a schema-1 signal section kept beside its constants (the rest move into ``args``).
+_V1_SIGNAL_KEYS = ("name", "family", "description")
+
+
+def migrate(data: dict[str, Any], *, source: str = "<protocol>") -> dict[str, Any]:
+    """An older protocol document rewritten in the current schema (explicitly; never on load).
+
+    Schema 1 -> 2: a signal's constants move from the signal section into its ``args`` (the
+    family's factory signature is their only statement); the router may be null; ``plugins`` pins
+    are added by ``protocol pin``. The protocol id changes (the canonical form changed): a frozen
+    schema-1 protocol stays verifiable only by the creditaudit that froze it, and its migration is
+    a new protocol to freeze (``protocol amend`` records the relation).
+
+    Examples
+    --------
+    >>> old = {"version": 1, "signals": [{"family": "implicit", "name": "implicit", "temperature": 5.0}]}
+    >>> migrate(old)["signals"]
+    [{'name': 'implicit', 'family': 'implicit', 'args': {'temperature': 5.0}}]
+    """
+    version = data.get("version")
+    if version == PROTOCOL_VERSION:
+        return dict(data)
+    if version != 1:
+        raise InputError(f"{source}: field `version`: no migration from protocol schema version {version!r}")
+    out = dict(data, version=2)
+    signals = []
+    for spec in data.get("signals") or []:
+        if not isinstance(spec, dict):
+            raise InputError(f"{source}: field `signals`: every signal must be a mapping")
+        moved = {k: v for k, v in spec.items() if k not in _V1_SIGNAL_KEYS}
+        signals.append({k: spec[k] for k in _V1_SIGNAL_KEYS if k in spec} | ({"args": moved} if moved else {}))
+    out["signals"] = signals
+    return out
+
+
 def protocol_from_dict(data: Any, *, source: str = "<protocol>") -> Protocol:
     """Validate a mapping as a :class:`Protocol`, raising :class:`InputError` naming every field."""
     if not isinstance(data, dict):
         raise InputError(f"{source}: a protocol is a YAML mapping at the top level, got {type(data).__name__}")
     version = data.get("version")
     if version != PROTOCOL_VERSION:
+        hint = (f"migrate it with `creditaudit protocol migrate {source} NEW.yaml`" if version == 1
+                else f"write `version: {PROTOCOL_VERSION}`")
         raise InputError(
             f"{source}: field `version`: this creditaudit reads protocol schema version {PROTOCOL_VERSION}, "
-            f"got {version!r}; write `version: {PROTOCOL_VERSION}` (or migrate the file explicitly)"
+            f"got {version!r}; {hint}"
         )
     try:
         return Protocol.model_validate(data)

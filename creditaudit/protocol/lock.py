@@ -46,6 +46,7 @@ __all__ = [
     "read_lock",
     "read_registry",
     "require_frozen",
+    "check_plugins",
 ]
 
 LOCK_VERSION = 1
@@ -249,6 +250,22 @@ def _check_inputs(protocol: Protocol, protocol_path: Path) -> list[str]:
     return problems
 
 
+def check_plugins(protocol: Protocol, protocol_path: Path) -> None:
+    """Refuse a protocol whose pinned plugins differ from the installed ones (exit 1), or that uses a
+    plugin from a distribution other than creditaudit without pinning it (exit 2)."""
+    from creditaudit import plugins
+
+    plugins.check_pins([p.model_dump() for p in protocol.plugins], source=str(protocol_path))
+    pinned = {(p.kind, p.name) for p in protocol.plugins}
+    unpinned = [f"{kind} {name!r} ({plugins.get(kind, name).distribution})" for kind, name in protocol.plugins_used()
+                if (kind, name) not in pinned and plugins.get(kind, name).distribution != "creditaudit"]
+    if unpinned:
+        raise InputError(
+            f"{protocol_path}: third-party plugin(s) {', '.join(unpinned)} are not pinned; run "
+            f"`creditaudit protocol pin {protocol_path}` before freezing"
+        )
+
+
 def _make_lock(
     protocol: Protocol,
     protocol_path: Path,
@@ -301,6 +318,7 @@ def freeze(
         problems = _check_inputs(protocol, protocol_path)
         if problems:
             raise InputError(f"{protocol_path}: pinned inputs do not match:\n  " + "\n  ".join(problems))
+    check_plugins(protocol, protocol_path)
     lock = _make_lock(protocol, protocol_path, signer, parent=_parent, reason=_reason)
     data = json.dumps(lock.model_dump(mode="json"), indent=2, sort_keys=True).encode("utf-8") + b"\n"
     _atomic_write_new(lock_path, data)
@@ -402,6 +420,17 @@ def verify(
     report = VerifyReport(protocol_path)
     lock = read_lock(lock_path)
     report.lock = lock
+
+    # 0. the plugins it pins must be the installed ones (before validating: an uninstalled family
+    #    would otherwise read as an unknown one)
+    from creditaudit import plugins
+
+    stored_pins = lock.protocol.get("plugins") or []
+    try:
+        plugins.check_pins(stored_pins, source=str(protocol_path))
+    except CheckFailed as exc:
+        report.failures.append(str(exc))
+        return report
 
     # 1. the lock's own consistency: its stored protocol must hash to its id
     try:

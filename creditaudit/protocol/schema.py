@@ -54,11 +54,13 @@ __all__ = [
     "Always",
     "HypothesesSection",
     "ArmsSection",
+    "PluginPin",
+    "RouterSection",
     "identity_dict",
     "protocol_id",
 ]
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 
 TASK_TYPES = (
     "pick_and_place_simple",
@@ -331,116 +333,42 @@ class ReplaySection(_Model):
 # --------------------------------------------------------------------------- signals
 
 
-class _Signal(_Model):
+def _plugin(kind: str, name: str):
+    from creditaudit import plugins
+
+    return plugins.get(kind, name)
+
+
+class SignalSpec(_Model):
+    """One audited credit family: the protocol's name for it, the registered family it is, and the
+    family's arguments (validated against its factory's signature, defaults applied, so the frozen
+    protocol holds every constant)."""
+
     name: Name
-    """Unique name of this credit family in the audit."""
+    """Unique name of this credit family in the audit; gates and controls refer to it. Nothing a
+    statistic or a verdict rests on depends on it."""
+    family: Name
+    """The registered family (entry-point group ``creditaudit.families``): a built-in
+    (``implicit``, ``judge``, ``confidence``, ``prover``, ``vict``, ``gigpo``, ``grpo``, ``rloo``,
+    ``precomputed``) or a third party's."""
+    args: dict[str, Any] = Field(default_factory=dict)
+    """The family's constants, by its factory's parameter names."""
     description: FreeText = ""
     """Free text; not part of the protocol id."""
 
-
-class ImplicitSignal(_Signal):
-    """HCAPO hindsight ratio rho_t, scored by the policy checkpoint itself."""
-
-    family: Literal["implicit"] = "implicit"
-    temperature: float = Field(5.0, gt=0.0)
-    """T in ``pi_hind = exp(mean_j log pi(y_j | ...) / T)``."""
-    history_length: int = Field(2, ge=0)
-    """Past turns in the hindsight prompt."""
-    clip_low: float = 0.8
-    """Lower clip of rho."""
-    clip_high: float = 1.2
-    """Upper clip of rho."""
-    gamma: float = Field(0.95, gt=0.0, le=1.0)
-    """Discount of the training-side Q_t."""
-    smoothing_alpha: float = Field(0.5, ge=0.0, le=1.0)
-    """Backward temporal smoothing of Q."""
-    omega: float = Field(1.0, ge=0.0)
-    """Weight of the micro term in the multi-scale advantage."""
-    do_no_harm: bool = True
-    """Zero the negative micro term in successful trajectories."""
-
-    @model_validator(mode="after")
-    def _check_clip(self) -> "ImplicitSignal":
-        if not self.clip_low < 1.0 < self.clip_high:
-            raise ValueError("`clip_low` < 1 < `clip_high` is required")
-        return self
-
-
-class JudgeSignal(_Signal):
-    """TARL per-turn judge in w/o-gold mode."""
-
-    family: Literal["judge"] = "judge"
-    backend: Literal["local", "http"] = "local"
-    """``local``: a transformers model scoring "1"/"0"/"-1" by constrained log-probability;
-    ``http``: an OpenAI-compatible endpoint answering JSON."""
-    model: str = "policy"
-    """Local model directory (``policy`` = the audited policy) or the endpoint's model name."""
-    endpoint: str | None = None
-    """Base URL of the OpenAI-compatible endpoint (``backend: http``)."""
-    max_retries: int = Field(3, ge=0, le=20)
-    """Retries (with exponential backoff) before a malformed answer becomes an abstention."""
-    timeout_s: float = Field(60.0, gt=0.0)
-    """Per-request timeout."""
-    max_negative: int = Field(1, ge=0)
-    """At most this many -1 scores per trajectory."""
-
-    @model_validator(mode="after")
-    def _check_endpoint(self) -> "JudgeSignal":
-        if self.backend == "http" and not self.endpoint:
-            raise ValueError("`endpoint` is required when `backend` is 'http'")
-        return self
-
-
-class ConfidenceSignal(_Signal):
-    """Per-token geometric-mean probability of the policy's own action."""
-
-    family: Literal["confidence"] = "confidence"
-
-
-class ProverSignal(_Signal):
-    """ProVer segment credit."""
-
-    family: Literal["prover"] = "prover"
-    group_size: int = Field(8, ge=2)
-    """G: rollouts per task group."""
-    continuations: int = Field(8, ge=1)
-    """K: continuations from s_pre and from s_post."""
-    max_segment: int = Field(4, ge=1)
-    """Longest proposed segment (turns)."""
-    credit_scale: float = Field(1.0, gt=0.0)
-    """lambda in ``lambda * max(Delta, 0)``."""
-    proposer: Literal["judge", "random", "oracle"] = "judge"
-    """Segment proposer."""
-
-
-class VictSignal(_Signal):
-    """VICT verifier-instrumented credit (ALFWorld)."""
-
-    family: Literal["vict"] = "vict"
-    core_budget: int = Field(8, ge=1)
-    """B: greedy core search budget."""
-    tie_band: float = Field(1e-6, ge=0.0)
-    """eps_q: |A_base| below this is a tie (no direction)."""
-    clip_quantile: float = Field(0.95, gt=0.0, le=1.0)
-    """c = this quantile of |A_base|."""
-    lambda_scale: float = Field(0.5, gt=0.0)
-    """lambda = lambda_scale * median|A_base| / (median|A_VICT| + eps)."""
-    eps: float = Field(1e-8, gt=0.0)
-    """Stabiliser in lambda."""
-    min_support: int = Field(2, ge=1)
-    """Rollouts needed to normalise a margin; fewer gives zero."""
-
-
-class BaseAdvantageSignal(_Signal):
-    """Group-relative base advantage broadcast to turns."""
-
-    family: Literal["grpo", "rloo"] = "grpo"
-
-
-SignalSpec = Annotated[
-    Union[ImplicitSignal, JudgeSignal, ConfidenceSignal, ProverSignal, VictSignal, BaseAdvantageSignal],
-    Field(discriminator="family"),
-]
+    @model_validator(mode="before")
+    @classmethod
+    def _bind_args(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not isinstance(data.get("family"), str):
+            return data
+        where = f"signal {data.get('name')!r}"
+        plugin = _plugin("family", data["family"])
+        args = data.get("args", {})
+        if not isinstance(args, dict):
+            raise ValueError(f"{where}: `args` must be a mapping of the family's arguments")
+        bound = plugin.bind(args, where=f"{where}: args")
+        plugin.create(bound, name=str(data.get("name")))  # the family's own cross-argument checks
+        return {**data, "args": bound}
 
 
 class ControlSpec(_Model):
@@ -781,17 +709,7 @@ def predicate_subjects(pred: Any) -> list[str]:
 class ArmsSection(_Model):
     """The seven-arm common-random-numbers LoRA experiment (SPEC.md §6)."""
 
-    arms: list[
-        Literal[
-            "outcome_only",
-            "implicit",
-            "judge",
-            "shuffled_implicit",
-            "shuffled_judge",
-            "inverted_implicit",
-            "pivotal_masked",
-        ]
-    ] = Field(
+    arms: list[Name] = Field(
         default_factory=lambda: [
             "outcome_only",
             "implicit",
@@ -803,12 +721,16 @@ class ArmsSection(_Model):
         ],
         min_length=1,
     )
-    """Arms trained; credit enters as per-turn weights on the GRPO advantage."""
+    """Arms trained, by their registered credit rule (entry-point group ``creditaudit.arm_rules``);
+    credit enters as per-turn weights on the GRPO advantage."""
 
     @field_validator("arms")
     @classmethod
-    def _unique_arms(cls, values: list) -> list:
-        return _no_repeats(values)
+    def _known_arms(cls, values: list) -> list:
+        for name in _no_repeats(values):
+            _plugin("arm_rule", name)
+        return values
+
     seeds: int = Field(2, ge=1, le=100)
     """Seed indices per arm (common random numbers: same task order, sampling and LoRA init per index)."""
     rounds: int = Field(3, ge=1, le=10_000)
@@ -843,10 +765,26 @@ class ArmsSection(_Model):
 # --------------------------------------------------------------------------- protocol
 
 
-class Protocol(_Model):
-    """A creditaudit protocol (schema version 1)."""
+class PluginPin(_Model):
+    """An installed plugin as ``protocol pin`` found it: every stage refuses to run when the
+    installed plugin differs (exit 1, naming it)."""
 
-    version: Literal[1] = 1
+    kind: Literal["family", "environment", "proposer", "arm_rule"]
+    """Plugin kind."""
+    name: Name
+    """The name the protocol uses."""
+    distribution: str
+    """The distribution that publishes it (``creditaudit`` for a built-in)."""
+    version: str
+    """That distribution's version."""
+    source_sha256: Sha256
+    """SHA-256 of the plugin's module source (its file, or every ``.py`` file of its package)."""
+
+
+class Protocol(_Model):
+    """A creditaudit protocol (schema version 2)."""
+
+    version: Literal[2] = 2
     """Schema version; older versions are migrated explicitly, unknown versions refused."""
     amends: Sha256 | None = None
     """Id of the frozen parent protocol this one amends (``protocol amend``); null for an original."""
@@ -868,8 +806,8 @@ class Protocol(_Model):
     """Credit families audited, with every constant."""
     controls: list[ControlSpec] = Field(min_length=1)
     """Control definitions."""
-    router: RouterSection = Field(default_factory=RouterSection)
-    """Confidence router."""
+    router: RouterSection | None = None
+    """Confidence router (optional: null when the audit has no confidence and judge family to route between)."""
     statistics: StatisticsSection = Field(default_factory=StatisticsSection)
     """Statistics settings."""
     exclusions: ExclusionSection = Field(default_factory=ExclusionSection)
@@ -878,6 +816,10 @@ class Protocol(_Model):
     """Gates and decision order."""
     arms: ArmsSection = Field(default_factory=ArmsSection)
     """Training-arms experiment."""
+    plugins: list[PluginPin] = Field(default_factory=list)
+    """Pins of the plugins this protocol uses (families, environment, proposers, arm rules), written
+    by ``creditaudit protocol pin``; a plugin from a distribution other than creditaudit must be
+    pinned before freezing."""
 
     @model_validator(mode="after")
     def _check_references(self) -> "Protocol":
@@ -892,10 +834,15 @@ class Protocol(_Model):
         for control in self.controls:
             if control.of is not None and control.of not in names:
                 raise ValueError(f"control {control.name!r}: `of` names unknown family {control.of!r}")
-        for field_name in ("confidence_family", "judge_family"):
-            family = getattr(self.router, field_name)
-            if family not in names:
-                raise ValueError(f"router.{field_name} names unknown family {family!r}")
+        if self.router is not None:
+            for field_name in ("confidence_family", "judge_family"):
+                family = getattr(self.router, field_name)
+                if family not in names:
+                    raise ValueError(f"router.{field_name} names unknown family {family!r}")
+        keys = [(p.kind, p.name) for p in self.plugins]
+        repeated = sorted({f"{k}:{n}" for k, n in keys if keys.count((k, n)) > 1})
+        if repeated:
+            raise ValueError(f"`plugins` pins {', '.join(repeated)} more than once")
         for name in self.hypotheses.confirmatory:
             if name not in names:
                 raise ValueError(f"hypotheses.confirmatory names unknown family {name!r}")
@@ -919,6 +866,17 @@ class Protocol(_Model):
     def id(self) -> str:
         """The protocol id: SHA-256 of the canonical identity view."""
         return protocol_id(self)
+
+    def plugins_used(self) -> list[tuple[str, str]]:
+        """Every ``(kind, name)`` plugin this protocol uses: its families (and the plugins each
+        family declares it uses, such as ProVer's proposer) and its training arms' rules."""
+        used: list[tuple[str, str]] = []
+        for spec in self.signals:
+            used.append(("family", spec.family))
+            family = _plugin("family", spec.family).create(spec.args, name=spec.name)
+            used += [tuple(u) for u in getattr(family, "uses", ())]
+        used += [("arm_rule", name) for name in self.arms.arms]
+        return list(dict.fromkeys(used))
 
     def control_of(self, family: str, kind: str) -> str:
         """Name of the ``kind`` control derived from ``family``."""

@@ -13,8 +13,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from creditaudit.registry import registry
-from creditaudit.signals.base import FamilyOutput, SignalContext, credit_frame
+from creditaudit.signals.base import FamilyBase, FamilyOutput, SignalContext, credit_frame
 
 __all__ = ["GRPO_EPS", "grpo_advantages", "rloo_advantages", "zscore", "BaseAdvantageFamily"]
 
@@ -92,8 +91,10 @@ def rloo_advantages(outcomes: Sequence[float]) -> np.ndarray:
     return r - (r.sum() - r) / (g - 1)
 
 
-class BaseAdvantageFamily:
-    """The ``grpo`` / ``rloo`` credit family: the group advantage broadcast to every turn."""
+class BaseAdvantageFamily(FamilyBase):
+    """The ``grpo`` / ``rloo`` credit family: the group advantage broadcast to every turn (``neutral = 0``)."""
+
+    neutral = 0.0
 
     def __init__(self, *, name: str, method: str):
         if method not in ("grpo", "rloo"):
@@ -138,13 +139,11 @@ class BaseAdvantageFamily:
                             {"method": self.method, "n_groups": len(groups)})
 
 
-@registry("signal").register("grpo")
 def grpo_family(*, name: str) -> BaseAdvantageFamily:
-    """The GRPO base-advantage family (registered factory; no constants)."""
+    """The GRPO base-advantage family (entry point ``grpo`` of group ``creditaudit.families``; no constants)."""
     return BaseAdvantageFamily(name=name, method="grpo")
 
 
-@registry("signal").register("rloo")
 def rloo_family(*, name: str) -> BaseAdvantageFamily:
-    """The RLOO base-advantage family (registered factory; no constants)."""
+    """The RLOO base-advantage family (entry point ``rloo`` of group ``creditaudit.families``; no constants)."""
     return BaseAdvantageFamily(name=name, method="rloo")

@@ -1,12 +1,38 @@
-"""What every credit family shares: trajectories as read from collection, the credit contract,
-and the registry of family factories.
+"""The credit-family contract (version :data:`FAMILY_CONTRACT_VERSION`): what every family, built-in
+or third-party, is given and must return.
 
-A credit family is a registered factory (``registry("signal")``) whose keyword arguments are
-exactly the constants its protocol section freezes; the object it returns satisfies
-:class:`CreditFamily`: given a :class:`SignalContext` it returns a :class:`FamilyOutput`, one
-credit (or an abstention with its reason) per collected turn, plus a diagnostics table. ProVer
-and VICT slot in by registering a factory under their family name and returning the same
-output; nothing else in the stage changes.
+A credit family is a factory published under the entry-point group ``creditaudit.families``
+(:mod:`creditaudit.plugins`) whose keyword parameters are exactly the constants the protocol's
+``args`` freeze (plus the reserved ``name``). The object it returns satisfies
+:class:`CreditFamily`: it declares what the audit needs to know about its credit (``neutral``,
+``needs``), and given a :class:`SignalContext` returns a :class:`FamilyOutput` -- one credit, or
+an abstention with its reason, per collected turn -- plus a diagnostics table.
+
+Examples
+--------
+A family that credits every action by its number of words, scaled by a parameter:
+
+>>> from typing import Annotated
+>>> from pydantic import Field
+>>> class WordCount(FamilyBase):
+...     def __init__(self, *, name, scale):
+...         self.name, self.scale = name, scale
+...     def compute(self, context):
+...         values = {(t.trajectory_id, r.turn): self.scale * len(r.action.split())
+...                   for t in context.trajectories for r in t.turns}
+...         return FamilyOutput(credit_frame(context.trajectories, values))
+>>> def word_count(*, name: str, scale: Annotated[float, Field(gt=0)] = 1.0) -> WordCount:
+...     return WordCount(name=name, scale=scale)
+>>> family = word_count(name="words", scale=2.0)
+>>> isinstance(family, CreditFamily), family.neutral, sorted(family.needs)
+(True, 0.0, [])
+
+Published in a distribution's ``pyproject.toml``::
+
+    [project.entry-points."creditaudit.families"]
+    word_count = "my_package.families:word_count"
+
+and named in a protocol as ``{name: words, family: word_count, args: {scale: 2.0}}``.
 """
 
 from __future__ import annotations
@@ -22,12 +48,14 @@ import pandas as pd
 import pyarrow as pa
 
 from creditaudit.errors import InputError
-from creditaudit.protocol.schema import identity_dict
 from creditaudit.protocol.seeds import SeedStreams
-from creditaudit.registry import registry
 
 __all__ = [
+    "FAMILY_CONTRACT_VERSION",
+    "ABSTAIN_REASONS",
+    "NEEDS",
     "CREDIT_SCHEMA",
+    "FamilyBase",
     "TurnRecord",
     "Trajectory",
     "SignalContext",
@@ -36,8 +64,9 @@ __all__ = [
     "trajectories_from_table",
     "credit_frame",
     "reasons_of",
-    "family_factory_kwargs",
     "make_family",
+    "family_traits",
+    "agreement_groups",
     "implemented_families",
 ]
 
@@ -208,13 +237,78 @@ class FamilyOutput:
     report: dict[str, Any] = field(default_factory=dict)
 
 
+#: Version of the family contract (:class:`CreditFamily`, :class:`FamilyOutput`,
+#: :class:`SignalContext`, the abstention reasons). A change that breaks a published family bumps it.
+FAMILY_CONTRACT_VERSION = 1
+
+#: What a family may declare it needs beyond the collected trajectories (``needs``): ``policy``, the
+#: audited policy (``context.policy()``); ``environment``, it executes the environment (the task
+#: list and game files become attested inputs of the signals stage); ``replay``, it reads the replay
+#: stage's results.
+NEEDS = frozenset({"policy", "environment", "replay"})
+
+#: Abstention reasons with a meaning shared across families (a family may add its own; any reason
+#: is a string recorded per turn, never a silent 0): ``missing`` (no value for a collected turn),
+#: ``nan`` (the value given is not a number), ``source_abstained`` (a control whose family abstained).
+ABSTAIN_REASONS = ("missing", "nan", "source_abstained")
+
+
 @runtime_checkable
 class CreditFamily(Protocol):
-    """A credit family: ``name`` (the protocol's signal name) and ``compute(context)``."""
+    """A credit family.
+
+    Attributes
+    ----------
+    name : str
+        The protocol's name for the signal (reserved factory argument; no statistic depends on it).
+    neutral : float or "trajectory-mean"
+        The credit that means "no credit either way": sign agreement takes signs relative to it.
+        ``"trajectory-mean"`` centres the credit within each trajectory (a probability-like score
+        with no neutral point, such as confidence).
+    needs : frozenset of str
+        A subset of :data:`NEEDS`.
+
+    Optional attributes (:class:`FamilyBase` gives the defaults): ``categories`` (the score values
+    of a categorical judge, e.g. ``(1, 0, -1)``; families sharing them get judge-vs-judge agreement),
+    ``fluency_echo`` (the audit computes the fluency echo, T3, for this family), ``uses`` (other
+    plugins it uses, ``(kind, name)`` pairs, pinned with it) and ``inputs(run_dir)`` (extra files the
+    signals stage attests as inputs).
+    """
 
     name: str
+    neutral: float | str
+    needs: frozenset[str]
 
     def compute(self, context: SignalContext) -> FamilyOutput: ...
+
+
+class FamilyBase:
+    """Defaults of the optional family attributes; subclass it (or declare them yourself)."""
+
+    name: str
+    neutral: float | str = 0.0
+    needs: frozenset[str] = frozenset()
+    categories: tuple[int, ...] | None = None
+    fluency_echo: bool = False
+    uses: tuple[tuple[str, str], ...] = ()
+
+    def inputs(self, run_dir: Path) -> list[Path]:
+        """Files besides the trajectories (and the policy, when needed) that the credit depends on."""
+        return []
+
+
+def family_traits(family: Any, *, source: str) -> None:
+    """Refuse a family object that does not declare what the audit needs (``TypeError`` naming it)."""
+    missing = [a for a in ("name", "neutral", "needs", "compute") if not hasattr(family, a)]
+    if missing:
+        raise TypeError(f"{source}: the family object {family!r} lacks {', '.join(missing)} (see CreditFamily)")
+    neutral = family.neutral
+    if not (neutral == "trajectory-mean" or (isinstance(neutral, (int, float)) and not isinstance(neutral, bool)
+                                              and math.isfinite(neutral))):
+        raise TypeError(f"{source}: `neutral` must be a finite number or 'trajectory-mean'; got {neutral!r}")
+    unknown = set(family.needs) - NEEDS
+    if unknown:
+        raise TypeError(f"{source}: `needs` holds {sorted(unknown)}; allowed: {sorted(NEEDS)}")
 
 
 def credit_frame(
@@ -247,38 +341,52 @@ def reasons_of(frame: pd.DataFrame) -> list[str | None]:
             for r in frame["abstain_reason"].tolist()]
 
 
-def family_factory_kwargs(spec: Any) -> dict[str, Any]:
-    """The keyword arguments a signal section freezes (its identity view without ``family``)."""
-    kwargs = identity_dict(spec)
-    kwargs.pop("family", None)
-    return kwargs
+def agreement_groups(families: Sequence[Any]) -> list[list[str]]:
+    """Names of the families that share a categorical score set (``categories``), one list per set
+    with at least two members: judge-vs-judge agreement is computed within each.
+
+    Examples
+    --------
+    >>> class J(FamilyBase):
+    ...     categories = (1, 0, -1)
+    ...     def __init__(self, name): self.name = name
+    >>> agreement_groups([J("a"), J("b"), FamilyBase()])
+    [['a', 'b']]
+    """
+    groups: dict[tuple, list[str]] = {}
+    for family in families:
+        categories = getattr(family, "categories", None)
+        if categories is not None:
+            groups.setdefault(tuple(categories), []).append(family.name)
+    return [names for names in groups.values() if len(names) >= 2]
 
 
 def implemented_families() -> list[str]:
-    """Family names with a registered factory (importing the family modules registers them)."""
-    from creditaudit.signals import advantages, confidence, implicit, judge, prover, vict  # noqa: F401  (registration)
+    """Installed family names (entry-point group ``creditaudit.families``)."""
+    from creditaudit import plugins
 
-    return registry("signal").names()
+    return plugins.names("family")
 
 
 def make_family(spec: Any, *, source: str = "protocol") -> CreditFamily:
-    """Build the family a protocol's signal section describes.
+    """Build the family a protocol's signal section describes (``spec.family`` with ``spec.args``).
 
     Raises
     ------
     InputError
-        When no factory is registered for the section's family (a family whose module is not
-        installed): credit is never stubbed.
+        When no installed distribution publishes the family: credit is never stubbed.
+    TypeError
+        When the factory returns an object that does not satisfy :class:`CreditFamily`.
     """
-    names = implemented_families()
-    if spec.family not in names:
+    from creditaudit import plugins
+
+    try:
+        plugin = plugins.get("family", spec.family)
+    except ValueError as exc:
         raise InputError(
-            f"{source}: signal {spec.name!r} is of family {spec.family!r}, which this version of "
-            f"`creditaudit signals` does not implement (implemented: {', '.join(names)}); credit is never "
-            "stubbed — amend the protocol (`creditaudit protocol amend`) to drop it, or use a version "
-            "that implements it"
-        )
-    family = registry("signal").create(spec.family, **family_factory_kwargs(spec))
-    if not isinstance(family, CreditFamily):
-        raise TypeError(f"signal factory {spec.family!r} returned {family!r}, which lacks `name`/`compute`")
+            f"{source}: signal {spec.name!r}: {exc}; credit is never stubbed — install it, or amend the protocol "
+            "(`creditaudit protocol amend`) to drop it"
+        ) from None
+    family = plugin.create(spec.args, name=spec.name)
+    family_traits(family, source=f"{source}: family {spec.family!r} ({plugin.distribution} {plugin.version})")
     return family

@@ -12,8 +12,7 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
-from creditaudit.registry import registry
-from creditaudit.signals.base import FamilyOutput, SignalContext, credit_frame
+from creditaudit.signals.base import FamilyBase, FamilyOutput, SignalContext, credit_frame
 
 __all__ = ["geometric_mean_probability", "ConfidenceFamily"]
 
@@ -39,8 +38,11 @@ def geometric_mean_probability(token_logprobs: Sequence[float]) -> float:
     return math.exp(math.fsum(values) / len(values))
 
 
-class ConfidenceFamily:
-    """The ``confidence`` credit family (no constants)."""
+class ConfidenceFamily(FamilyBase):
+    """The ``confidence`` credit family (no constants): a probability with no neutral point, so sign
+    agreement centres it within each trajectory (``neutral = "trajectory-mean"``)."""
+
+    neutral = "trajectory-mean"
 
     def __init__(self, *, name: str):
         self.name = name
@@ -73,7 +75,6 @@ class ConfidenceFamily:
         return FamilyOutput(credit_frame(context.trajectories, values, reasons), table, {})
 
 
-@registry("signal").register("confidence")
 def confidence_family(*, name: str) -> ConfidenceFamily:
-    """The confidence family (registered factory; no constants)."""
+    """The confidence family (entry point ``confidence`` of group ``creditaudit.families``; no constants)."""
     return ConfidenceFamily(name=name)

@@ -37,14 +37,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Annotated
 
 import numpy as np
 import pyarrow as pa
+from pydantic import Field
 
 from creditaudit.protocol.canonical import sha256_bytes
-from creditaudit.registry import registry
 from creditaudit.signals.advantages import grpo_advantages
-from creditaudit.signals.base import FamilyOutput, SignalContext, Trajectory, credit_frame
+from creditaudit.signals.base import FamilyBase, FamilyOutput, SignalContext, Trajectory, credit_frame
 
 __all__ = [
     "pi_hind",
@@ -223,9 +224,16 @@ def hcapo_advantages(
 # ------------------------------------------------------------------------------ the family
 
 
-class ImplicitFamily:
+class ImplicitFamily(FamilyBase):
     """The ``implicit`` credit family (HCAPO rho_t). Constants are the protocol's; the
-    training-side ones (gamma, smoothing, omega, do-no-harm) are recorded for the training arms."""
+    training-side ones (gamma, smoothing, omega, do-no-harm) are recorded for the training arms.
+
+    rho is a ratio around 1 (``neutral = 1.0``), scored by the audited policy; it is the family
+    whose credit the fluency echo (T3) tests."""
+
+    neutral = 1.0
+    needs = frozenset({"policy"})
+    fluency_echo = True
 
     def __init__(self, *, name: str, temperature: float = 5.0, history_length: int = 2, clip_low: float = 0.8,
                  clip_high: float = 1.2, gamma: float = 0.95, smoothing_alpha: float = 0.5, omega: float = 1.0,
@@ -293,11 +301,41 @@ class ImplicitFamily:
         return FamilyOutput(credit_frame(context.trajectories, values, reasons), table, report)
 
 
-@registry("signal").register("implicit")
-def implicit_family(*, name: str, temperature: float = 5.0, history_length: int = 2, clip_low: float = 0.8,
-                    clip_high: float = 1.2, gamma: float = 0.95, smoothing_alpha: float = 0.5, omega: float = 1.0,
-                    do_no_harm: bool = True) -> ImplicitFamily:
-    """The implicit (HCAPO) family with the protocol's constants (registered factory)."""
+def implicit_family(
+    *,
+    name: str,
+    temperature: Annotated[float, Field(gt=0.0)] = 5.0,
+    history_length: Annotated[int, Field(ge=0)] = 2,
+    clip_low: float = 0.8,
+    clip_high: float = 1.2,
+    gamma: Annotated[float, Field(gt=0.0, le=1.0)] = 0.95,
+    smoothing_alpha: Annotated[float, Field(ge=0.0, le=1.0)] = 0.5,
+    omega: Annotated[float, Field(ge=0.0)] = 1.0,
+    do_no_harm: bool = True,
+) -> ImplicitFamily:
+    """The implicit (HCAPO) family (entry point ``implicit`` of group ``creditaudit.families``).
+
+    Parameters
+    ----------
+    name : str
+        The protocol's name for the signal.
+    temperature : float, default 5.0
+        T in ``pi_hind = exp(mean_j log pi(y_j | ...) / T)``.
+    history_length : int, default 2
+        Past turns in the hindsight prompt.
+    clip_low, clip_high : float, default 0.8, 1.2
+        Clip range of rho; ``clip_low < 1 < clip_high``.
+    gamma : float, default 0.95
+        Discount of the training-side ``Q_t``.
+    smoothing_alpha : float, default 0.5
+        Backward temporal smoothing of Q.
+    omega : float, default 1.0
+        Weight of the micro term in the multi-scale advantage.
+    do_no_harm : bool, default True
+        Zero the negative micro term in successful trajectories.
+    """
+    if not clip_low < 1.0 < clip_high:
+        raise ValueError("`clip_low` < 1 < `clip_high` is required")
     return ImplicitFamily(name=name, temperature=temperature, history_length=history_length, clip_low=clip_low,
                           clip_high=clip_high, gamma=gamma, smoothing_alpha=smoothing_alpha, omega=omega,
                           do_no_harm=do_no_harm)

@@ -38,16 +38,16 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
+from pydantic import Field
 import pandas as pd
 import pyarrow as pa
 
 from creditaudit.errors import InputError
 from creditaudit.protocol.canonical import canonical_hash, sha256_bytes
-from creditaudit.registry import registry
-from creditaudit.signals.base import FamilyOutput, SignalContext, Trajectory, credit_frame
+from creditaudit.signals.base import FamilyBase, FamilyOutput, SignalContext, Trajectory, credit_frame
 
 __all__ = [
     "JUDGE_CHOICES",
@@ -431,8 +431,33 @@ def _local_model(context: SignalContext, model: str) -> tuple[Any, str, str]:
     return load_policy(path, history_length=0), f"local:{Path(model).name}@{digest[:16]}", digest
 
 
-class JudgeFamily:
-    """The ``judge`` credit family (TARL w/o-gold) with the protocol's backend and constants."""
+class JudgeFamily(FamilyBase):
+    """The ``judge`` credit family (TARL w/o-gold) with the protocol's backend and constants.
+
+    Scores are categorical in {1, 0, -1} around ``neutral = 0``; a local judge reading the audited
+    policy needs the policy, and a local judge model inside the run directory is an attested input."""
+
+    neutral = 0.0
+    categories = JUDGE_SCORES
+
+    @property
+    def needs(self) -> frozenset[str]:  # type: ignore[override]
+        return frozenset({"policy"}) if self.backend == "local" and self.model == "policy" else frozenset()
+
+    def inputs(self, run_dir: Path) -> list[Path]:
+        """Files of a local judge model that lies in the run directory (a model elsewhere is
+        identified by its hash in the judge id)."""
+        from creditaudit.replay.policy import policy_file_hashes
+
+        if self.backend != "local" or self.model == "policy":
+            return []
+        path = Path(self.model) if Path(self.model).is_absolute() else run_dir / self.model
+        try:
+            path.resolve().relative_to(run_dir.resolve())
+        except ValueError:
+            return []
+        hashes = policy_file_hashes(path)
+        return [path / name for name in sorted({**hashes["model_files"], **hashes["tokenizer_files"]})]
 
     def __init__(self, *, name: str, backend: str = "local", model: str = "policy", endpoint: str | None = None,
                  max_retries: int = 3, timeout_s: float = 60.0, max_negative: int = 1):
@@ -510,10 +535,38 @@ class JudgeFamily:
         return FamilyOutput(credit_frame(context.trajectories, values, reasons), table, report)
 
 
-@registry("signal").register("judge")
-def judge_family(*, name: str, backend: str = "local", model: str = "policy", endpoint: str | None = None,
-                 max_retries: int = 3, timeout_s: float = 60.0, max_negative: int = 1) -> JudgeFamily:
-    """The judge (TARL) family with the protocol's constants (registered factory)."""
+def judge_family(
+    *,
+    name: str,
+    backend: Literal["local", "http"] = "local",
+    model: str = "policy",
+    endpoint: str | None = None,
+    max_retries: Annotated[int, Field(ge=0, le=20)] = 3,
+    timeout_s: Annotated[float, Field(gt=0.0)] = 60.0,
+    max_negative: Annotated[int, Field(ge=0)] = 1,
+) -> JudgeFamily:
+    """The judge (TARL, w/o-gold) family (entry point ``judge`` of group ``creditaudit.families``).
+
+    Parameters
+    ----------
+    name : str
+        The protocol's name for the signal.
+    backend : {"local", "http"}, default "local"
+        ``local``: a transformers model scoring "1"/"0"/"-1" by constrained log-probability;
+        ``http``: an OpenAI-compatible endpoint answering JSON.
+    model : str, default "policy"
+        Local model directory (``policy`` = the audited policy) or the endpoint's model name.
+    endpoint : str, optional
+        Base URL of the OpenAI-compatible endpoint (required for ``backend: http``).
+    max_retries : int, default 3
+        Retries (exponential backoff) before a malformed answer becomes an abstention.
+    timeout_s : float, default 60
+        Per-request timeout.
+    max_negative : int, default 1
+        At most this many -1 scores per trajectory.
+    """
+    if backend == "http" and not endpoint:
+        raise ValueError("`endpoint` is required when `backend` is 'http'")
     return JudgeFamily(name=name, backend=backend, model=model, endpoint=endpoint, max_retries=max_retries,
                        timeout_s=timeout_s, max_negative=max_negative)
 

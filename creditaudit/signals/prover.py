@@ -62,19 +62,23 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Protocol, runtime_checkable
 
 import numpy as np
+from pydantic import Field
 import pandas as pd
 import pyarrow as pa
 
 from creditaudit.errors import InputError
 from creditaudit.protocol.canonical import canonical_hash, sha256_bytes
-from creditaudit.registry import registry
-from creditaudit.signals.base import FamilyOutput, SignalContext, Trajectory, credit_frame
+from creditaudit.signals.base import FamilyBase, FamilyOutput, SignalContext, Trajectory, credit_frame
 
 __all__ = [
     "PROPOSERS",
+    "ProposalRequest",
+    "Proposal",
+    "SegmentProposer",
+    "make_proposer",
     "is_eligible",
     "candidate_segments",
     "segment_estimate",
@@ -354,6 +358,130 @@ def _judge_template_hash() -> str:
                            "choice": "actions joined by ' ; '", "rule": "max joint log-probability"})
 
 
+# ------------------------------------------------------------------------------ proposers
+
+
+@dataclass(frozen=True)
+class ProposalRequest:
+    """What a segment proposer is given for one eligible task group.
+
+    Attributes
+    ----------
+    context : SignalContext
+        The signals stage's context (the audited policy, named seed streams).
+    source : Trajectory
+        The group's shortest successful trajectory ``tau+``.
+    failed : list of Trajectory
+        The group's failed trajectories.
+    candidates : list of (int, int)
+        Every admissible segment (:func:`candidate_segments`); a proposal outside it is invalid.
+    meter : BoundaryMeter
+        Executed continuations from ``tau+``'s recorded states (an oracle measures with it).
+    stream : str
+        Base name of the group's seed streams (``signals/prover/<trajectory id>``).
+    continuations : int
+        K, the protocol's continuations per boundary state.
+    """
+
+    context: SignalContext
+    source: Trajectory
+    failed: list[Trajectory]
+    candidates: list[tuple[int, int]]
+    meter: BoundaryMeter
+    stream: str
+    continuations: int
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A proposer's answer: the segment (``None`` when it has none) and why."""
+
+    segment: tuple[int, int] | None
+    status: str = "measured"
+    prompt_sha256: str | None = None
+
+
+@runtime_checkable
+class SegmentProposer(Protocol):
+    """A ProVer segment proposer (entry-point group ``creditaudit.proposers``)."""
+
+    name: str
+
+    def propose(self, request: ProposalRequest) -> Proposal: ...
+
+
+class RandomProposer:
+    """A uniform draw over the candidates from the stream ``<stream>/random``."""
+
+    name = "random"
+
+    def propose(self, request: ProposalRequest) -> Proposal:
+        draw = request.context.streams.rng(f"{request.stream}/random").integers(len(request.candidates))
+        return Proposal(request.candidates[int(draw)])
+
+
+class JudgeProposer:
+    """The audited policy as a constrained-choice segment judge (:class:`LocalSegmentJudge`)."""
+
+    name = "judge"
+    template_sha256 = property(lambda self: _judge_template_hash())
+
+    def __init__(self) -> None:
+        self._judge: LocalSegmentJudge | None = None
+
+    def propose(self, request: ProposalRequest) -> Proposal:
+        if self._judge is None:
+            from creditaudit.signals.judge import _local_model
+
+            model, judge_id, _ = _local_model(request.context, "policy")
+            self._judge = LocalSegmentJudge(model, judge_id=judge_id)
+        try:
+            segment, info = self._judge.propose(request.source, request.failed, request.candidates)
+        except ValueError:
+            return Proposal(None, "invalid_proposal")
+        return Proposal(segment, prompt_sha256=info["prompt_sha256"])
+
+
+class OracleProposer:
+    """Every boundary of ``tau+`` measured with K continuations (``<stream>/search``); the largest
+    measured Delta is proposed (and re-measured by the verification, so no winner's curse)."""
+
+    name = "oracle"
+
+    def propose(self, request: ProposalRequest) -> Proposal:
+        search = request.meter.measure(range(len(request.source)), request.continuations, f"{request.stream}/search")
+        measured = {s: float(np.mean(search[s[1] + 1]) - np.mean(search[s[0]])) for s in request.candidates
+                    if search.get(s[0]) is not None and search.get(s[1] + 1) is not None}
+        if not measured:
+            return Proposal(None, "restore_mismatch")
+        return Proposal(_pick(measured))
+
+
+def random_proposer() -> RandomProposer:
+    """The ``random`` proposer (entry point of group ``creditaudit.proposers``)."""
+    return RandomProposer()
+
+
+def judge_proposer() -> JudgeProposer:
+    """The ``judge`` proposer (entry point of group ``creditaudit.proposers``)."""
+    return JudgeProposer()
+
+
+def oracle_proposer() -> OracleProposer:
+    """The ``oracle`` proposer (entry point of group ``creditaudit.proposers``)."""
+    return OracleProposer()
+
+
+def make_proposer(name: str) -> SegmentProposer:
+    """The installed proposer ``name`` (``ValueError`` naming the installed ones when unknown)."""
+    from creditaudit import plugins
+
+    proposer = plugins.get("proposer", name, where="`proposer`").create()
+    if not isinstance(proposer, SegmentProposer):
+        raise TypeError(f"proposer {name!r} returned {proposer!r}, which lacks `name`/`propose`")
+    return proposer
+
+
 # ------------------------------------------------------------------------------ the run
 
 
@@ -431,8 +559,7 @@ def run_prover(
     """
     from creditaudit.replay.tasks import make_environment, task_for
 
-    if proposer not in PROPOSERS:
-        raise ValueError(f"`proposer` must be one of {set(PROPOSERS)}; got {proposer!r}")
+    chooser = make_proposer(proposer)
     protocol = context.protocol
     groups: dict[str, list[Trajectory]] = {}
     for traj in context.trajectories:
@@ -448,17 +575,12 @@ def run_prover(
 
     eligible = {tid: len(g) == group_size and is_eligible(sum(t.won for t in g), group_size)
                 for tid, g in groups.items()}
-    signatures, entries, judge = {}, {}, None
+    signatures, entries = {}, {}
     own_env = False
     if any(eligible.values()):
         signatures, entries = _recorded(context)
         if env is None:
             env, own_env = make_environment(protocol), True
-        if proposer == "judge":
-            from creditaudit.signals.judge import _local_model
-
-            model, judge_id, _ = _local_model(context, "policy")
-            judge = LocalSegmentJudge(model, judge_id=judge_id)
     policy_section = getattr(protocol, "policy", None)
     temperature = getattr(policy_section, "temperature", None)
     max_tokens = getattr(policy_section, "max_action_tokens", None)
@@ -490,23 +612,11 @@ def run_prover(
             meter = BoundaryMeter(env, context.policy(), task_for(entries[task_id], protocol, context.run_dir), source,
                                   signatures[source.trajectory_id], context.protocol_id, temperature, max_tokens)
             base = f"signals/prover/{source.trajectory_id}"
-            status = "measured"
-            if proposer == "random":
-                segment = cands[int(context.streams.rng(f"{base}/random").integers(len(cands)))]
-            elif proposer == "judge":
-                failed = [t for t in group if not t.won]
-                try:
-                    segment, info = judge.propose(source, failed, cands)
-                    row["prompt_sha256"] = info["prompt_sha256"]
-                except ValueError:
-                    segment, status = None, "invalid_proposal"
-            else:
-                search = meter.measure(range(len(source)), continuations, f"{base}/search")
-                measured = {s: float(np.mean(search[s[1] + 1]) - np.mean(search[s[0]])) for s in cands
-                            if search.get(s[0]) is not None and search.get(s[1] + 1) is not None}
-                segment = _pick(measured) if measured else None
-                if segment is None:
-                    status = "restore_mismatch"
+            proposal = chooser.propose(ProposalRequest(context, source, [t for t in group if not t.won], cands, meter,
+                                                       base, continuations))
+            segment, status = proposal.segment, proposal.status
+            if proposal.prompt_sha256 is not None:
+                row["prompt_sha256"] = proposal.prompt_sha256
             if segment is not None and segment not in cands:
                 segment, status = None, "invalid_proposal"
             if segment is not None:
@@ -553,13 +663,16 @@ def _summary(frame: pd.DataFrame) -> dict[str, Any]:
     }
 
 
-class ProverFamily:
-    """The ``prover`` credit family with the protocol's constants."""
+class ProverFamily(FamilyBase):
+    """The ``prover`` credit family with the protocol's constants: a nonnegative segment credit
+    (``neutral = 0``) measured by executing the environment with the audited policy."""
+
+    neutral = 0.0
+    needs = frozenset({"policy", "environment"})
 
     def __init__(self, *, name: str, group_size: int = 8, continuations: int = 8, max_segment: int = 4,
                  credit_scale: float = 1.0, proposer: str = "judge"):
-        if proposer not in PROPOSERS:
-            raise ValueError(f"`proposer` must be one of {set(PROPOSERS)}; got {proposer!r}")
+        self.uses = (("proposer", proposer),)
         self.name = name
         self.group_size = group_size
         self.continuations = continuations
@@ -582,8 +695,9 @@ class ProverFamily:
                                             credit_scale=self.credit_scale)
         report = {"proposer": self.proposer, "group_size": self.group_size, "continuations": self.continuations,
                   "max_segment": self.max_segment, "credit_scale": self.credit_scale, **_summary(frame)}
-        if self.proposer == "judge":
-            report["judge_prompt_template_sha256"] = _judge_template_hash()
+        template = getattr(make_proposer(self.proposer), "template_sha256", None)
+        if template is not None:
+            report["judge_prompt_template_sha256"] = template
         return FamilyOutput(credit_frame(context.trajectories, values, reasons), _diagnostics_table(frame), report)
 
 
@@ -609,9 +723,35 @@ def proposer_table(context: SignalContext, proposers: Sequence[str] = PROPOSERS,
     return pd.DataFrame(rows)
 
 
-@registry("signal").register("prover")
-def prover_family(*, name: str, group_size: int = 8, continuations: int = 8, max_segment: int = 4,
-                  credit_scale: float = 1.0, proposer: str = "judge") -> ProverFamily:
-    """The ProVer family with the protocol's constants (registered factory)."""
+def prover_family(
+    *,
+    name: str,
+    group_size: Annotated[int, Field(ge=2)] = 8,
+    continuations: Annotated[int, Field(ge=1)] = 8,
+    max_segment: Annotated[int, Field(ge=1)] = 4,
+    credit_scale: Annotated[float, Field(gt=0.0)] = 1.0,
+    proposer: str = "judge",
+) -> ProverFamily:
+    """The ProVer family (entry point ``prover`` of group ``creditaudit.families``).
+
+    Parameters
+    ----------
+    name : str
+        The protocol's name for the signal.
+    group_size : int, default 8
+        G: rollouts per task group.
+    continuations : int, default 8
+        K: continuations from s_pre and from s_post.
+    max_segment : int, default 4
+        Longest proposed segment (turns).
+    credit_scale : float, default 1.0
+        lambda in ``lambda * max(Delta, 0)``.
+    proposer : str, default "judge"
+        Segment proposer (entry-point group ``creditaudit.proposers``: ``judge``, ``random``,
+        ``oracle`` or a third party's).
+    """
+    from creditaudit import plugins
+
+    plugins.get("proposer", proposer, where="`proposer`")
     return ProverFamily(name=name, group_size=group_size, continuations=continuations, max_segment=max_segment,
                         credit_scale=credit_scale, proposer=proposer)

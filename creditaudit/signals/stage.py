@@ -31,7 +31,7 @@ from creditaudit.protocol.canonical import canonical_bytes
 from creditaudit.protocol.links import StageLink
 from creditaudit.protocol.lock import FrozenProtocol, require_frozen
 from creditaudit.protocol.signing import Signer
-from creditaudit.signals.base import CREDIT_SCHEMA, SignalContext, make_family, reasons_of, trajectories_from_table
+from creditaudit.signals.base import CREDIT_SCHEMA, SignalContext, agreement_groups, make_family, reasons_of, trajectories_from_table
 from creditaudit.signals.controls import changed_share, inverted_control, null_control, shuffle_control
 
 __all__ = ["SIGNALS_DIR", "CREDIT", "SUMMARY", "DIAGNOSTICS_DIR", "SignalsSummary", "run_signals", "read_credit",
@@ -104,25 +104,6 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
-def _judge_model_files_in_run(frozen: FrozenProtocol) -> list[Path]:
-    """Files of local judge models (other than the policy) that lie in the run directory: they are
-    stage inputs (a judge model outside the run directory is identified by its hash in the judge id)."""
-    from creditaudit.replay.policy import policy_file_hashes
-
-    out: list[Path] = []
-    for spec in frozen.protocol.signals:
-        if spec.family != "judge" or spec.backend != "local" or spec.model == "policy":
-            continue
-        path = Path(spec.model) if Path(spec.model).is_absolute() else frozen.run_dir / spec.model
-        try:
-            path.resolve().relative_to(frozen.run_dir.resolve())
-        except ValueError:
-            continue
-        hashes = policy_file_hashes(path)
-        out += [path / name for name in sorted({**hashes["model_files"], **hashes["tokenizer_files"]})]
-    return out
-
-
 def run_signals(
     protocol_path: str | Path,
     signer: Signer,
@@ -173,16 +154,16 @@ def run_signals(
         turns, _ = read_replay(frozen)
         replay_turns = turns.select(["trajectory_id", "turn", "status", "pivotal"]).to_pandas()
         inputs += [run_dir / REPLAY_TURNS, run_dir / REPLAY_SUMMARY]
-    needs_policy = any(s.family in ("implicit", "prover")
-                       or (s.family == "judge" and s.backend == "local" and s.model == "policy")
-                       for s in protocol.signals)
-    if any(s.family in ("prover", "vict") for s in protocol.signals):  # they replay: task list and games are inputs
+    needs = set().union(*(f.needs for f in families))
+    if "environment" in needs:  # a family that executes the environment: task list and games are inputs
         from creditaudit.signals.prover import replay_inputs
 
         inputs += [p for p in replay_inputs(run_dir, protocol) if p not in inputs]
-    if needs_policy:
+    if "policy" in needs:
         inputs += _policy_files_in_run(frozen)
-    inputs += _judge_model_files_in_run(frozen)
+    for family in families:
+        extra = family.inputs(run_dir) if hasattr(family, "inputs") else []
+        inputs += [p for p in extra if p not in inputs]
 
     context = SignalContext(
         protocol_id=frozen.id, protocol=protocol, run_dir=run_dir, trajectories=trajectories,
@@ -233,11 +214,12 @@ def run_signals(
                             of=control.of))
         document["controls"][control.name] = {**entry, **_abstention(frame)}
 
-    judges = {s.name: outputs[s.name].credit for s in protocol.signals if s.family == "judge"}
-    document["judge_agreement"] = (judge_agreement(judges, confidence_level=protocol.statistics.ci_level)
-                                   if len(judges) >= 2 else [])
+    document["judge_agreement"] = [
+        entry for group in agreement_groups(families)
+        for entry in judge_agreement({n: outputs[n].credit for n in group}, confidence_level=protocol.statistics.ci_level)
+    ]
     router = protocol.router
-    document["router"] = router_report(
+    document["router"] = None if router is None else router_report(
         outputs[router.confidence_family].credit, routed_share=router.routed_share,
         confidence_family=router.confidence_family, judge_family=router.judge_family,
         replay_turns=replay_turns, confidence_level=protocol.statistics.ci_level,

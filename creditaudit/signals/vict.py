@@ -49,14 +49,14 @@ import copy
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
+from pydantic import Field
 import pyarrow as pa
 
-from creditaudit.registry import registry
 from creditaudit.signals.advantages import grpo_advantages
-from creditaudit.signals.base import FamilyOutput, SignalContext, Trajectory, credit_frame
+from creditaudit.signals.base import FamilyBase, FamilyOutput, SignalContext, Trajectory, credit_frame
 from creditaudit.signals.vict_atoms import Edge, Instrumentation, Trace, annotate, conformance, run_trace, witness_edges
 
 __all__ = [
@@ -338,8 +338,12 @@ def _eligible(r: VictRollout, t: int) -> bool:
                                     for j, edges in r.gated.items())
 
 
-class VictFamily:
-    """The ``vict`` credit family with the protocol's constants."""
+class VictFamily(FamilyBase):
+    """The ``vict`` credit family with the protocol's constants: a signed correction around
+    ``neutral = 0`` that replays the recorded prefixes on the environment."""
+
+    neutral = 0.0
+    needs = frozenset({"environment"})
 
     def __init__(self, *, name: str, core_budget: int = 8, tie_band: float = 1e-6, clip_quantile: float = 0.95,
                  lambda_scale: float = 0.5, eps: float = 1e-8, min_support: int = 2):
@@ -512,9 +516,34 @@ def _count(values) -> dict[int, int]:
     return out
 
 
-@registry("signal").register("vict")
-def vict_family(*, name: str, core_budget: int = 8, tie_band: float = 1e-6, clip_quantile: float = 0.95,
-                lambda_scale: float = 0.5, eps: float = 1e-8, min_support: int = 2) -> VictFamily:
-    """The VICT family with the protocol's constants (registered factory)."""
+def vict_family(
+    *,
+    name: str,
+    core_budget: Annotated[int, Field(ge=1)] = 8,
+    tie_band: Annotated[float, Field(ge=0.0)] = 1e-6,
+    clip_quantile: Annotated[float, Field(gt=0.0, le=1.0)] = 0.95,
+    lambda_scale: Annotated[float, Field(gt=0.0)] = 0.5,
+    eps: Annotated[float, Field(gt=0.0)] = 1e-8,
+    min_support: Annotated[int, Field(ge=1)] = 2,
+) -> VictFamily:
+    """The VICT family (entry point ``vict`` of group ``creditaudit.families``; ALFWorld only).
+
+    Parameters
+    ----------
+    name : str
+        The protocol's name for the signal.
+    core_budget : int, default 8
+        B: greedy core search budget.
+    tie_band : float, default 1e-6
+        eps_q: ``|A_base|`` below this is a tie (no direction).
+    clip_quantile : float, default 0.95
+        ``c`` = this quantile of ``|A_base|``.
+    lambda_scale : float, default 0.5
+        ``lambda = lambda_scale * median|A_base| / (median|A_VICT| + eps)``.
+    eps : float, default 1e-8
+        Stabiliser in lambda.
+    min_support : int, default 2
+        Rollouts needed to normalise a margin; fewer gives zero.
+    """
     return VictFamily(name=name, core_budget=core_budget, tie_band=tie_band, clip_quantile=clip_quantile,
                       lambda_scale=lambda_scale, eps=eps, min_support=min_support)

@@ -245,7 +245,7 @@ class ArmsTrainer:
         self.builder = policy.prompt_builder
         self.bank = AdapterBank(policy, rank=args.lora_rank, alpha=args.lora_alpha, protocol_id=protocol_id)
         implicit = next((s for s in protocol.signals if s.family == "implicit"), None)
-        clip = (implicit.clip_low, implicit.clip_high) if implicit is not None else (0.8, 1.2)
+        clip = (implicit.args["clip_low"], implicit.args["clip_high"]) if implicit is not None else (0.8, 1.2)
         self.states: dict[tuple[str, int], _ArmState] = {}
         for s in range(args.seeds):
             for arm in args.arms:

@@ -42,7 +42,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from creditaudit.registry import registry
 from creditaudit.signals.advantages import grpo_advantages
 from creditaudit.signals.controls import shuffle_values
 
@@ -57,37 +56,6 @@ ARM_NAMES = (
     "inverted_implicit",
     "pivotal_masked",
 )
-
-# Preregistered partitions of the arms (frozen with this module's version): which instrument
-# produced an arm's credit, and whether the credit still carries the instrument's information.
-_INSTRUMENT = {
-    "outcome_only": "outcome",
-    "implicit": "implicit",
-    "shuffled_implicit": "implicit",
-    "inverted_implicit": "implicit",
-    "judge": "judge",
-    "shuffled_judge": "judge",
-    "pivotal_masked": "replay",
-}
-_INFORMATION = {
-    "outcome_only": "outcome",
-    "implicit": "informative",
-    "judge": "informative",
-    "pivotal_masked": "informative",
-    "shuffled_implicit": "scrambled",
-    "shuffled_judge": "scrambled",
-    "inverted_implicit": "scrambled",
-}
-_SOURCE = {
-    "outcome_only": None,
-    "implicit": "implicit",
-    "shuffled_implicit": "implicit",
-    "inverted_implicit": "implicit",
-    "judge": "judge",
-    "shuffled_judge": "judge",
-    "pivotal_masked": "replay",
-}
-
 
 @dataclass(frozen=True)
 class GroupCredit:
@@ -115,26 +83,37 @@ class GroupCredit:
 
 @dataclass(frozen=True)
 class ArmRule:
-    """A registered arm: its credit source, partitions and weight rule.
+    """An arm's credit rule: what it consumes, how it transforms it, and its preregistered
+    partition groups (declared by the rule itself, never looked up by name).
 
     Attributes
     ----------
     name : str
-        The arm (one of :data:`ARM_NAMES`).
+        The arm (a built-in of :data:`ARM_NAMES` or a third party's).
     source : {None, "implicit", "judge", "replay"}
-        What credit the rule consumes.
+        What credit the rule consumes: the family (by its registered family name) whose credit
+        weights the arm, ``replay`` for low-resolution replay truth, ``None`` for outcome only.
     instrument, information : str
-        The arm's group in the preregistered instrument and information partitions.
+        The arm's group in the instrument partition (which instrument produced the credit) and in
+        the information partition (``outcome``, ``informative``, ``scrambled``).
+    transform : {"none", "shuffle", "invert"}
+        ``shuffle``: a seeded within-trajectory permutation of the credit; ``invert``:
+        ``clip_low + clip_high - credit``.
     clip_low, clip_high : float
-        The implicit family's clip range (used by ``inverted_implicit``).
+        The implicit family's clip range (used by ``invert``).
     """
 
     name: str
     source: str | None
     instrument: str
     information: str
+    transform: str = "none"
     clip_low: float = 0.8
     clip_high: float = 1.2
+
+    def __post_init__(self) -> None:
+        if self.transform not in ("none", "shuffle", "invert"):
+            raise ValueError(f"`transform` must be one of {{'none', 'shuffle', 'invert'}}; got {self.transform!r}")
 
     def weights(self, group: GroupCredit) -> list[np.ndarray]:
         """Per rollout, the per-turn weight ``w_{i,t}`` (0 where credit abstained)."""
@@ -148,11 +127,11 @@ class ArmRule:
             c = np.asarray(values, dtype=float)
             if c.shape != (n,):
                 raise ValueError(f"arm {self.name!r}: rollout {i} has {n} turns but {c.shape} credit values")
-            if self.name.startswith("shuffled_"):
+            if self.transform == "shuffle":
                 if group.shuffle_rngs is None:
                     raise ValueError(f"arm {self.name!r} needs a seeded generator per rollout")
                 c = shuffle_values(c, rng=group.shuffle_rngs[i])
-            if self.name == "inverted_implicit":
+            if self.transform == "invert":
                 c = (self.clip_low + self.clip_high) - c
             if self.source == "judge":
                 c = np.maximum(0.0, c * np.sign(advantages[i]))
@@ -181,36 +160,56 @@ def effective_advantages(rule: ArmRule, group: GroupCredit) -> tuple[np.ndarray,
     return advantages, weights, [w * advantages[i] for i, w in enumerate(weights)]
 
 
-def _make(name: str, clip_low: float, clip_high: float) -> ArmRule:
-    return ArmRule(name=name, source=_SOURCE[name], instrument=_INSTRUMENT[name], information=_INFORMATION[name],
-                   clip_low=clip_low, clip_high=clip_high)
+def outcome_only_arm(*, clip_low: float = 0.8, clip_high: float = 1.2) -> ArmRule:
+    """``outcome_only``: ``w = 1`` (entry point of group ``creditaudit.arm_rules``)."""
+    return ArmRule("outcome_only", None, "outcome", "outcome", clip_low=clip_low, clip_high=clip_high)
 
 
-def _register(name: str) -> None:
-    def factory(clip_low: float = 0.8, clip_high: float = 1.2) -> ArmRule:
-        return _make(name, clip_low, clip_high)
-
-    factory.__name__ = f"{name}_arm"
-    factory.__doc__ = f"The ``{name}`` training arm (registered factory)."
-    registry("arm").register(name)(factory)
+def implicit_arm(*, clip_low: float = 0.8, clip_high: float = 1.2) -> ArmRule:
+    """``implicit``: ``w = rho_t`` of the arm's current checkpoint."""
+    return ArmRule("implicit", "implicit", "implicit", "informative", clip_low=clip_low, clip_high=clip_high)
 
 
-for _name in ARM_NAMES:
-    _register(_name)
+def shuffled_implicit_arm(*, clip_low: float = 0.8, clip_high: float = 1.2) -> ArmRule:
+    """``shuffled_implicit``: a seeded within-trajectory permutation of rho."""
+    return ArmRule("shuffled_implicit", "implicit", "implicit", "scrambled", "shuffle", clip_low, clip_high)
+
+
+def inverted_implicit_arm(*, clip_low: float = 0.8, clip_high: float = 1.2) -> ArmRule:
+    """``inverted_implicit``: ``w = clip_low + clip_high - rho_t``."""
+    return ArmRule("inverted_implicit", "implicit", "implicit", "scrambled", "invert", clip_low, clip_high)
+
+
+def judge_arm(*, clip_low: float = 0.8, clip_high: float = 1.2) -> ArmRule:
+    """``judge``: ``w = max(0, s_t sign(A_i))``."""
+    return ArmRule("judge", "judge", "judge", "informative", clip_low=clip_low, clip_high=clip_high)
+
+
+def shuffled_judge_arm(*, clip_low: float = 0.8, clip_high: float = 1.2) -> ArmRule:
+    """``shuffled_judge``: the judge rule on a seeded permutation of the scores."""
+    return ArmRule("shuffled_judge", "judge", "judge", "scrambled", "shuffle", clip_low, clip_high)
+
+
+def pivotal_masked_arm(*, clip_low: float = 0.8, clip_high: float = 1.2) -> ArmRule:
+    """``pivotal_masked``: ``w = 1`` on turns low-resolution replay finds pivotal, else 0."""
+    return ArmRule("pivotal_masked", "replay", "replay", "informative", clip_low=clip_low, clip_high=clip_high)
 
 
 def arm_rule(name: str, *, clip_low: float = 0.8, clip_high: float = 1.2) -> ArmRule:
-    """The registered rule of arm ``name`` (``registry("arm").create(name, ...)``)."""
-    if name not in ARM_NAMES:
-        raise ValueError(f"`name` must be one of {set(ARM_NAMES)}; got {name!r}")
-    return registry("arm").create(name, clip_low=clip_low, clip_high=clip_high)
+    """The installed rule of arm ``name`` (entry-point group ``creditaudit.arm_rules``)."""
+    from creditaudit import plugins
+
+    rule = plugins.get("arm_rule", name, where="`name`").create({"clip_low": clip_low, "clip_high": clip_high})
+    if not isinstance(rule, ArmRule):
+        raise TypeError(f"arm rule {name!r} returned {rule!r}, not an ArmRule")
+    return rule
 
 
 def instrument_labels(arms: Sequence[str]) -> list[str]:
-    """The instrument partition's group of each arm."""
-    return [_INSTRUMENT[a] for a in arms]
+    """The instrument partition's group of each arm (as each rule declares it)."""
+    return [arm_rule(a).instrument for a in arms]
 
 
 def information_labels(arms: Sequence[str]) -> list[str]:
-    """The information partition's group of each arm."""
-    return [_INFORMATION[a] for a in arms]
+    """The information partition's group of each arm (as each rule declares it)."""
+    return [arm_rule(a).information for a in arms]

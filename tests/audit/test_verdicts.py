@@ -35,8 +35,8 @@ class UniformPolicy:
 def _protocol():
     """The default gates over three audited families: oracle, negated oracle, and a noise family."""
     data = protocol_dict(parse_protocol(default_template_text()))
-    data["signals"] = [{"family": "confidence", "name": "oracle"}, {"family": "confidence", "name": "negated"},
-                       {"family": "confidence", "name": "noise"}]
+    data["signals"] = [{"name": "oracle", "family": "confidence"}, {"name": "negated", "family": "confidence"},
+                       {"name": "noise", "family": "confidence"}]
     data["controls"] = [
         {"name": "random", "kind": "random", "null_control": True},
         {"name": "uniform", "kind": "uniform", "null_control": True},

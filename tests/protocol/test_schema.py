@@ -11,7 +11,7 @@ from creditaudit.protocol.schema import Protocol, identity_dict
 
 # The protocol id of the shipped default template. It changes only when the template's meaning or
 # the canonical form changes; update it deliberately, never to make a test pass.
-DEFAULT_TEMPLATE_ID = "e48df27f1542f2a4b624b8f80f5b4a299c8e235e1f10aec50422ca9217cd647d"
+DEFAULT_TEMPLATE_ID = "278cf3d8344fd9a9dee63f5657f5253b087e28c7d98474c0dea1f03e56cc1c15"
 
 
 @pytest.fixture()
@@ -24,8 +24,10 @@ def test_default_template_id_is_pinned():
 
 
 def test_template_states_the_schema_defaults(template):
-    # Every section except the lists of signals and controls is the schema's own default.
-    bare = Protocol.model_validate({"signals": template["signals"], "controls": template["controls"]})
+    # Every section except the lists of signals and controls (and the router, which names two of
+    # the signals) is the schema's own default.
+    bare = Protocol.model_validate({"signals": template["signals"], "controls": template["controls"],
+                                    "router": template["router"]})
     assert bare.id == DEFAULT_TEMPLATE_ID
 
 
@@ -44,8 +46,8 @@ def test_canonical_form_key_order_is_sorted_at_every_level():
 
 def test_paper_constants_in_the_template(template):
     p = protocol_from_dict(template)
-    implicit = next(s for s in p.signals if s.family == "implicit")
-    assert (implicit.temperature, implicit.clip_low, implicit.clip_high, implicit.gamma) == (5.0, 0.8, 1.2, 0.95)
+    implicit = next(s for s in p.signals if s.family == "implicit").args
+    assert (implicit["temperature"], implicit["clip_low"], implicit["clip_high"], implicit["gamma"]) == (5.0, 0.8, 1.2, 0.95)
     assert (p.replay.n_fact, p.replay.n_alternatives, p.replay.n_alt, p.replay.max_alt_draws) == (3, 4, 3, 300)
     assert p.statistics.bootstrap_iterations == 10_000 and p.statistics.equivalence_band == 0.03
     assert p.hypotheses.decision_order == ["Controls", "INFEASIBLE", "H3", "H2", "H1", "H4"]
@@ -122,8 +124,22 @@ def test_strict_types_refuse_coercion(template):
 
 
 def test_field_inside_a_signal_is_named(template):
-    template["signals"][0]["temperature"] = -1.0
-    with pytest.raises(InputError, match=r"field `signals\[0\].temperature`"):
+    template["signals"][0]["args"]["temperature"] = -1.0
+    with pytest.raises(InputError, match=r"field `signals\[0\]`: .*args of family 'implicit'.*`temperature`: "
+                                         r"Input should be greater than 0"):
+        protocol_from_dict(template)
+
+
+def test_an_unknown_signal_argument_is_named_with_the_ones_the_family_takes(template):
+    template["signals"][0]["args"]["temprature"] = 5.0
+    with pytest.raises(InputError, match=r"`temprature`: Extra inputs are not permitted; it takes temperature, "
+                                         r"history_length"):
+        protocol_from_dict(template)
+
+
+def test_an_unknown_family_is_an_error_naming_the_installed_ones(template):
+    template["signals"][0]["family"] = "hcapo"
+    with pytest.raises(InputError, match=r"unknown family 'hcapo'; installed: .*implicit.*creditaudit.families"):
         protocol_from_dict(template)
 
 
@@ -135,7 +151,7 @@ def test_malformed_yaml_and_duplicate_keys():
 
 
 def test_unknown_version_is_refused(template):
-    template["version"] = 2
+    template["version"] = 3
     with pytest.raises(InputError, match="field `version`"):
         protocol_from_dict(template)
 

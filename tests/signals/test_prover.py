@@ -31,9 +31,9 @@ def _controls(signals):
 
 
 PROVER_SIGNALS = [
-    {"family": "confidence", "name": "confidence"},
-    {"family": "judge", "name": "judge", "backend": "local", "model": "policy"},
-    {"family": "prover", "name": "prover-random", "proposer": "random"},
+    {"name": "confidence", "family": "confidence"},
+    {"name": "judge", "family": "judge", "args": {"backend": "local", "model": "policy"}},
+    {"name": "prover-random", "family": "prover", "args": {"proposer": "random"}},
 ]
 
 

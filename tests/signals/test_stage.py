@@ -120,18 +120,18 @@ def test_cli_runs_the_stage(signals_run):
 
 def test_refuses_a_family_without_a_registered_factory(tmp_path, judgeable_policy_dir, run_factory, signal_set,
                                                        monkeypatch):
-    # Every family of the schema is implemented now; a family whose factory is missing (a plug-in
-    # not installed) must still be refused before any credit is written, never stubbed.
-    from creditaudit.signals import base
+    # A family whose plug-in is not installed (here: hidden from discovery after the freeze) must
+    # be refused before any credit is written, never stubbed.
+    from creditaudit import plugins
+    from creditaudit.errors import CreditAuditError
 
     signals, controls = signal_set
-    signals.append({"family": "prover", "name": "my-prover"})
+    signals.append({"name": "my-prover", "family": "prover"})
     controls.append({"name": "shuffle-my-prover", "kind": "shuffle", "of": "my-prover"})
     run, signer = run_factory(tmp_path, judgeable_policy_dir, signals=signals, controls=controls, collect_now=False)
-    real = base.implemented_families
-    monkeypatch.setattr(base, "implemented_families", lambda: [n for n in real() if n != "prover"])
-    with pytest.raises(InputError, match=r"protocol.yaml: signals\[6\]: signal 'my-prover' is of family 'prover', which this "
-                                         r"version of `creditaudit signals` does not implement.*never stubbed"):
+    installed = {k: v for k, v in plugins.plugins("family").items() if k != "prover"}
+    monkeypatch.setitem(plugins._CACHE, "family", installed)
+    with pytest.raises(CreditAuditError, match=r"unknown family 'prover'; installed: .*creditaudit.families"):
         run_signals(run / "protocol.yaml", signer)
     assert not (run / "signals").exists()
 
@@ -183,10 +183,10 @@ def test_stage_with_an_http_judge_and_judge_agreement(tmp_path, judgeable_policy
     thread.start()
     try:
         endpoint = f"http://127.0.0.1:{server.server_address[1]}"
-        signals = [{"family": "judge", "name": "judge", "backend": "local", "model": "policy"},
-                   {"family": "judge", "name": "remote", "backend": "http", "model": "m", "endpoint": endpoint,
-                    "max_retries": 1, "timeout_s": 10.0},
-                   {"family": "confidence", "name": "confidence"}]
+        signals = [{"name": "judge", "family": "judge", "args": {"backend": "local", "model": "policy"}},
+                   {"name": "remote", "family": "judge", "args": {"backend": "http", "model": "m", "endpoint": endpoint,
+                                                                  "max_retries": 1, "timeout_s": 10.0}},
+                   {"name": "confidence", "family": "confidence"}]
         controls = [{"name": "random", "kind": "random", "null_control": True},
                     {"name": "uniform", "kind": "uniform", "null_control": True}]
         controls += [{"name": f"shuffle-{s['name']}", "kind": "shuffle", "of": s["name"]} for s in signals]

@@ -248,7 +248,7 @@ def test_stage_writes_vict_abstentions_on_the_planted_environment(tmp_path, plan
     from creditaudit.signals.stage import CREDIT, DIAGNOSTICS_DIR, run_signals
 
     signals, controls = signal_set
-    signals.append({"family": "vict", "name": "vict"})
+    signals.append({"name": "vict", "family": "vict"})
     controls.append({"name": "shuffle-vict", "kind": "shuffle", "of": "vict"})
     run, signer = make_run(tmp_path, planted_policy_dir, signals=signals, controls=controls, n_tasks=1, group=2)
     summary = run_signals(run / "protocol.yaml", signer)

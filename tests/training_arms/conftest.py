@@ -30,8 +30,8 @@ TINY_ARMS = {
 PLANTED = {"n_steps": 4, "n_trap": 2, "p_absorbing": 0.25, "threshold_frac": 0.75}
 
 SIGNALS = [
-    {"family": "implicit", "name": "implicit"},
-    {"family": "judge", "name": "judge", "backend": "local", "model": "policy"},
+    {"name": "implicit", "family": "implicit"},
+    {"name": "judge", "family": "judge", "args": {"backend": "local", "model": "policy"}},
 ]
 CONTROLS = [
     {"name": "random", "kind": "random", "null_control": True},

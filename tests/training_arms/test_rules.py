@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from creditaudit.registry import registry
+from creditaudit import plugins
 from creditaudit.training_arms.rules import (
     ARM_NAMES,
     GroupCredit,
@@ -22,10 +22,11 @@ def _group(credit=None, outcomes=(1.0, 0.0, 1.0), turns=(3, 3, 3), seed=0):
 
 
 def test_every_arm_is_registered_with_a_frozen_spec():
-    assert set(ARM_NAMES) <= set(registry("arm").names())
-    spec = registry("arm").spec("inverted_implicit", clip_low=0.7, clip_high=1.3)
-    assert spec.args == {"clip_low": 0.7, "clip_high": 1.3}
-    assert registry("arm").create(spec).clip_high == 1.3
+    assert set(ARM_NAMES) <= set(plugins.names("arm_rule"))
+    plugin = plugins.get("arm_rule", "inverted_implicit")
+    args = plugin.bind({"clip_low": 0.7, "clip_high": 1.3})
+    assert args == {"clip_low": 0.7, "clip_high": 1.3}
+    assert plugin.create(args).clip_high == 1.3
 
 
 def test_outcome_only_broadcasts_the_grpo_advantage():
@@ -82,7 +83,7 @@ def test_pivotal_masked_keeps_only_pivotal_turns():
 def test_credit_of_the_wrong_shape_is_refused():
     with pytest.raises(ValueError, match="rollout 0 has 3 turns"):
         effective_advantages(arm_rule("implicit"), _group([np.ones(2)] * 3))
-    with pytest.raises(ValueError, match="`name` must be one of"):
+    with pytest.raises(ValueError, match="unknown arm rule 'bogus'; installed: "):
         arm_rule("bogus")
 
 

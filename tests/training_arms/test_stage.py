@@ -151,7 +151,7 @@ def test_a_missing_credit_table_is_refused_naming_the_arms(credited_run, tmp_pat
 
 
 def test_an_arm_whose_family_the_protocol_lacks_is_refused(arms_run_factory, planted_policy_dir, tmp_path):
-    signals = [{"family": "implicit", "name": "implicit"}]
+    signals = [{"name": "implicit", "family": "implicit"}]
     controls = [{"name": "random", "kind": "random", "null_control": True},
                 {"name": "uniform", "kind": "uniform", "null_control": True},
                 {"name": "shuffle-implicit", "kind": "shuffle", "of": "implicit"}]

@@ -63,8 +63,11 @@ def signals_entries(ctx: ProducerContext) -> list[Value]:
             Value(f"signals.{control.name}.n_changed", share["n_changed"], "d"),
             Value(f"signals.{control.name}.n_positions", share["n_positions"], "d"),
         ]
-    judges = {s.name: frames[s.name] for s in protocol.signals if s.family == "judge" and s.name in frames}
-    pairs = judge_agreement(judges, confidence_level=protocol.statistics.ci_level) if len(judges) >= 2 else []
+    from creditaudit.signals.base import agreement_groups, make_family
+
+    pairs = [entry for group in agreement_groups([make_family(s) for s in protocol.signals])
+             for entry in judge_agreement({n: frames[n] for n in group if n in frames},
+                                          confidence_level=protocol.statistics.ci_level)]
     out.append(Value("signals.agreement.pairs", [f"{p['judges'][0]}~{p['judges'][1]}" for p in pairs],
                      text=", ".join(f"{p['judges'][0]} vs {p['judges'][1]}" for p in pairs) or "none"))
     for pair in pairs:
