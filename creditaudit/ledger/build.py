@@ -41,6 +41,7 @@ from creditaudit.ledger.model import (
 )
 from creditaudit.ledger.registry import ProducerContext, active_producers
 from creditaudit.protocol.canonical import canonical_bytes, sha256_bytes, sha256_file
+from creditaudit.versions import dependency_versions
 
 __all__ = [
     "PROTOCOL_FILE",
@@ -123,6 +124,7 @@ def compute_ledger(run_dir: str | Path, *, progress: Callable[[str, int, int], N
     ledger = Ledger(
         protocol_id=frozen.id,
         code_version=version,
+        versions=dependency_versions(),
         artifacts=[manifest[rel] for rel in sorted(manifest)],
         producers=[ProducerRecord(name=p.name, version=p.version, inputs=list(p.inputs), description=p.description)
                    for p in producers],
@@ -356,6 +358,8 @@ class VerifyResult:
     """Entries computed from a changed input."""
     chain: Any = None
     failures: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    """What differs without failing the check (dependency versions)."""
 
     @property
     def ok(self) -> bool:
@@ -383,6 +387,7 @@ class VerifyResult:
         lines += [f"FAILED: {f}" for f in self.failures]
         if self.chain is not None:
             lines.append("link-record chain: " + self.chain.render().replace("\n", "\n  "))
+        lines += [f"note: {n}" for n in self.notes]
         if self.ok:
             lines.insert(0, f"OK: all {len(self.stored.entries)} ledger entries in {self.ledger_path} recompute "
                             "identically from the raw artifacts")
@@ -408,6 +413,11 @@ def verify_ledger(run_dir: str | Path, *, ledger_path: str | Path | None = None,
     (data,) = compute_in_fresh_processes(run_dir, 1)
     recomputed = parse_ledger(data, source="recomputed ledger")
     result = VerifyResult(path, stored, recomputed, compare_ledgers(stored, recomputed))
+    if stored.versions != recomputed.versions:
+        result.notes.append("dependency versions differ from the stored ledger's: " + ", ".join(
+            f"{k} {stored.versions.get(k, '(absent)')} -> {recomputed.versions.get(k, '(absent)')}"
+            for k in sorted(set(stored.versions) | set(recomputed.versions))
+            if stored.versions.get(k) != recomputed.versions.get(k)))
     if stored.code_version != recomputed.code_version:
         result.failures.append(
             f"the ledger was written by code version {stored.code_version}, this is {recomputed.code_version}: "

@@ -6,12 +6,17 @@ undefined), its formatted text (the only place a number is rounded), the produce
 the SHA-256 of every input file it was computed from, the protocol id and the code version. The
 manifest (:class:`ArtifactRecord`) pairs every input's catalogue name, path and hash.
 
-The code version is ``<tool version>+<source digest>``: the SHA-256 over the package's Python
-sources (run-relative names and bytes), so a ledger written by other code is recognised as such.
+The code version is ``<tool version>+<code digest>``: a SHA-256 over the code that produces
+numbers -- every module of the package except the command line and presentation
+(:data:`PRESENTATION`), each as its syntax tree without docstrings, so comments, docstrings,
+formatting, the CLI and the README do not invalidate a stored ledger, while any change to a
+computation does. The ledger also records the versions of Python and of every dependency that can
+move a number (:func:`creditaudit.versions.dependency_versions`).
 """
 
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
 import json
@@ -32,12 +37,19 @@ __all__ = [
     "LedgerEntry",
     "Ledger",
     "code_version",
+    "code_digest",
+    "PRESENTATION",
     "ledger_bytes",
     "read_ledger",
     "parse_ledger",
 ]
 
-LEDGER_VERSION = 1
+LEDGER_VERSION = 2
+
+#: Modules (package-relative paths or folders) that present numbers but never produce one: left
+#: out of the code version.
+PRESENTATION = ("cli", "cli.py", "__main__.py", "demo.py", "progress.py", "figures.py", "ledger/report.py",
+                "ledger/figures.py", "training_arms/figures.py")
 
 #: Entry names: dot-separated segments, the first lower-case (``audit.implicit.estimate``).
 ENTRY_NAME = r"^[a-z][a-z0-9_\-]*(\.[A-Za-z0-9_\-~]+)*$"
@@ -95,12 +107,14 @@ class LedgerEntry(_Model):
 class Ledger(_Model):
     """``ledger/ledger.json``."""
 
-    version: Literal[1] = LEDGER_VERSION
-    """Ledger format version."""
+    version: Literal[2] = LEDGER_VERSION
+    """Ledger format version (2: dependency versions recorded; the code version covers computation only)."""
     protocol_id: str = Field(pattern=r"^[0-9a-f]{64}$")
     """The run's protocol id."""
     code_version: str
-    """``<tool version>+<source digest>`` of the code that computed every entry."""
+    """``<tool version>+<code digest>`` of the code that computed every entry."""
+    versions: dict[str, str]
+    """Python and every dependency that can move a number, as the ledger was computed."""
     artifacts: list[ArtifactRecord]
     """The manifest: every input file, sorted by path."""
     producers: list[ProducerRecord]
@@ -112,24 +126,48 @@ class Ledger(_Model):
         return {e.name: e for e in self.entries}
 
 
-def _source_digest() -> str:
+def _strip_docstrings(tree: ast.AST) -> ast.AST:
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return tree
+
+
+def _is_presentation(rel: str) -> bool:
+    return any(rel == p or rel.startswith(p + "/") or rel.endswith("/" + p) for p in PRESENTATION)
+
+
+def code_digest(root: str | Path | None = None) -> str:
+    """SHA-256 over the number-producing modules' syntax trees (names and ``ast.dump`` without
+    docstrings), in sorted order, of the package at ``root`` (this one by default); package data
+    (the default protocol, JSON and text files) is hashed as bytes."""
     import creditaudit
 
-    root = Path(creditaudit.__file__).resolve().parent
+    root = Path(root) if root is not None else Path(creditaudit.__file__).resolve().parent
     digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        if "__pycache__" in path.parts:
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if not path.is_file() or "__pycache__" in path.parts or _is_presentation(rel):
             continue
-        rel = path.relative_to(root).as_posix().encode()
-        data = path.read_bytes()
-        digest.update(len(rel).to_bytes(8, "big") + rel + len(data).to_bytes(8, "big") + data)
+        if path.suffix == ".py":
+            tree = _strip_docstrings(ast.parse(path.read_bytes(), filename=rel))
+            data = ast.dump(tree, annotate_fields=True, include_attributes=False).encode("utf-8")
+        elif path.suffix in (".yaml", ".json", ".txt"):
+            data = path.read_bytes()
+        else:
+            continue
+        name = rel.encode()
+        digest.update(len(name).to_bytes(8, "big") + name + len(data).to_bytes(8, "big") + data)
     return digest.hexdigest()
 
 
 @functools.lru_cache(maxsize=1)
 def code_version() -> str:
     """``<tool version>+<first 16 hex digits of the source digest>``."""
-    return f"{__version__}+{_source_digest()[:16]}"
+    return f"{__version__}+{code_digest()[:16]}"
 
 
 def ledger_bytes(ledger: Ledger) -> bytes:

@@ -29,6 +29,7 @@ from creditaudit.protocol.inputs import policy_pins
 from creditaudit.protocol.io import load_protocol, protocol_dict, protocol_from_dict
 from creditaudit.protocol.schema import Protocol, identity_dict, protocol_id
 from creditaudit.protocol.signing import Signer, key_id, load_public_key, public_key_from_b64, verify_signature
+from creditaudit.versions import dependency_versions
 
 __all__ = [
     "LOCK_VERSION",
@@ -49,7 +50,7 @@ __all__ = [
     "check_plugins",
 ]
 
-LOCK_VERSION = 1
+LOCK_VERSION = 2
 GENESIS = "0" * 64
 
 
@@ -60,8 +61,8 @@ class _Record(BaseModel):
 class Lock(_Record):
     """A signed lock on a frozen protocol."""
 
-    version: Literal[1] = 1
-    """Lock format version."""
+    version: Literal[2] = 2
+    """Lock format version (2: the dependency versions are recorded)."""
     protocol_id: str = Field(pattern=r"^[0-9a-f]{64}$")
     """SHA-256 of the protocol's canonical identity view."""
     protocol_file: str
@@ -72,6 +73,8 @@ class Lock(_Record):
     """UTC time of the freeze, ISO 8601 with a trailing Z."""
     tool_version: str
     """creditaudit version that froze it."""
+    versions: dict[str, str]
+    """Python and every dependency that can move a number (:mod:`creditaudit.versions`), at freeze time."""
     parent_id: str | None = None
     """Id of the amended parent protocol (amendments only)."""
     amendment_reason: str | None = None
@@ -164,7 +167,11 @@ def read_lock(path: str | Path) -> Lock:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(f"{path}: unreadable lock file ({exc})") from None
     if isinstance(data, dict) and data.get("version") != LOCK_VERSION:
-        raise InputError(f"{path}: field `version`: lock format {data.get('version')!r} is not {LOCK_VERSION}")
+        raise InputError(
+            f"{path}: field `version`: lock format {data.get('version')!r} is not {LOCK_VERSION}; a lock is never "
+            "rewritten: verify it with the creditaudit that froze it, or migrate the protocol (`creditaudit protocol "
+            "migrate`) and freeze the result"
+        )
     try:
         return Lock.model_validate(data)
     except ValidationError as exc:
@@ -283,6 +290,7 @@ def _make_lock(
         "protocol": protocol_dict(protocol),
         "freeze_time": freeze_time or _utc_now(),
         "tool_version": __version__,
+        "versions": dependency_versions(),
         "parent_id": parent.protocol_id if parent else None,
         "amendment_reason": reason,
         "deviations": deviations,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -253,3 +254,38 @@ def test_compare_ledgers_orders_by_name(ledgered_run):
     diffs = compare_ledgers(ledger, edited)
     assert [d.name for d in diffs] == ["audit.implicit.estimate", "router.n_routed"]
     assert diffs[0].kind == "text" and "stored:" in diffs[0].render()
+
+
+def test_the_code_version_covers_computation_not_presentation(tmp_path):
+    # Docstrings, comments, formatting and the command line do not move a number; a constant does.
+
+
+    import creditaudit
+    from creditaudit.ledger.model import code_digest
+
+    root = tmp_path / "creditaudit"
+    shutil.copytree(Path(creditaudit.__file__).parent, root, ignore=shutil.ignore_patterns("__pycache__"))
+    base = code_digest(root)
+    rank = root / "stats" / "rank.py"
+    text = rank.read_text("utf-8")
+    rank.write_text(text.replace('"""', '"""Edited docstring. ', 1) + "\n# a comment\n", "utf-8")
+    (root / "protocol" / "cli.py").write_text((root / "protocol" / "cli.py").read_text("utf-8") + "\nX = 1\n", "utf-8")
+    (root / "demo.py").write_text((root / "demo.py").read_text("utf-8") + "\nY = 2\n", "utf-8")
+    assert code_digest(root) == base
+    controls = root / "signals" / "controls.py"
+    controls.write_text(controls.read_text("utf-8").replace("uniform(-1.0, 1.0", "uniform(-1.0, 1.5"), "utf-8")
+    assert code_digest(root) != base
+
+
+def test_lock_and_ledger_record_the_dependency_versions(ledgered_run):
+    from importlib import metadata
+
+    from creditaudit.protocol.lock import lock_path_for, read_lock
+    from creditaudit.versions import NUMBER_DEPENDENCIES, dependency_versions
+
+    run = ledgered_run[0]
+    versions = dependency_versions()
+    assert set(versions) == {"python", *NUMBER_DEPENDENCIES}
+    assert versions["numpy"] == metadata.version("numpy") and versions["torch"] == metadata.version("torch")
+    assert read_lock(lock_path_for(run / "protocol.yaml")).versions == versions
+    assert read_ledger(run / LEDGER_JSON).versions == versions
