@@ -3,10 +3,12 @@
 from creditaudit.audit.core import AuditResult, audit_tables, fluency_echo, verdict_sentence
 from creditaudit.audit.fidelity import NEUTRAL, SubjectStats, bootstrap_pvalue, included_turns, subject_statistics
 from creditaudit.audit.measurability import MeasurabilityMap, degenerate_trajectories, measurability_map
+from creditaudit.audit.metrics import LiftResult, precision_at_pivotal_lift
 
 __all__ = [
     "NEUTRAL",
     "AuditResult",
+    "LiftResult",
     "MeasurabilityMap",
     "SubjectStats",
     "audit_tables",
@@ -15,6 +17,7 @@ __all__ = [
     "fluency_echo",
     "included_turns",
     "measurability_map",
+    "precision_at_pivotal_lift",
     "subject_statistics",
     "verdict_sentence",
 ]

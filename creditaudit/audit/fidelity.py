@@ -139,7 +139,8 @@ def subject_statistics(
     ``credit``: this subject's rows (trajectory_id, turn, credit, abstained);
     ``included``: :func:`included_turns` of the replay.
     """
-    from creditaudit.stats import median_spearman, precision_at_pivotal_lift, sign_agreement
+    from creditaudit.audit.metrics import precision_at_pivotal_lift
+    from creditaudit.stats import median_spearman, sign_agreement
 
     stats = protocol.statistics
     n_abstained = int(credit.abstained.sum())

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import creditaudit.stats as cs
+from creditaudit.audit import precision_at_pivotal_lift
 
 
 def test_all_is_explicit_and_complete():
@@ -56,7 +57,7 @@ def test_results_are_frozen_with_one_row_frames():
         cs.partition_test(d, [0] * 5 + [1] * 5, permutations=99, rng=0),
         cs.mantel(d, d**2, permutations=99, rng=0),
         cs.median_spearman(x, y, np.repeat(np.arange(8), 5), n_resamples=99, rng=0),
-        cs.precision_at_pivotal_lift(x, y > 0, np.repeat(np.arange(8), 5), top_fraction=0.2, n_resamples=99, rng=0),
+        precision_at_pivotal_lift(x, y > 0, np.repeat(np.arange(8), 5), top_fraction=0.2, n_resamples=99, rng=0),
     ]
     for res in results:
         frame = res.to_frame()
