@@ -152,7 +152,7 @@ def test_sign_agreement_bad_input():
         sign_agreement([0.0, 1.0], [1.0, 0.0])
 
 
-# --- resolution bound (moved here with the function from stats/replay_helpers.py) ------------
+# --- resolution bound (a one-sided Clopper-Pearson bound, so it lives with the proportions) ---
 
 
 def test_resolution_bound_spec_value_and_definition():
