@@ -3,9 +3,11 @@
 from creditaudit.audit.core import AuditResult, audit_tables, fluency_echo, verdict_sentence
 from creditaudit.audit.fidelity import SubjectStats, bootstrap_pvalue, included_turns, neutral_value, subject_statistics
 from creditaudit.audit.measurability import MeasurabilityMap, degenerate_trajectories, measurability_map
+from creditaudit.audit.metrics import LiftResult, precision_at_pivotal_lift
 
 __all__ = [
     "AuditResult",
+    "LiftResult",
     "MeasurabilityMap",
     "SubjectStats",
     "audit_tables",
@@ -15,6 +17,7 @@ __all__ = [
     "included_turns",
     "measurability_map",
     "neutral_value",
+    "precision_at_pivotal_lift",
     "subject_statistics",
     "verdict_sentence",
 ]

@@ -138,7 +138,8 @@ def subject_statistics(
     ``included``: :func:`included_turns` of the replay; ``neutral``: the subject's neutral credit
     (:func:`neutral_value` of its family's declared ``neutral``).
     """
-    from creditaudit.stats import median_spearman, precision_at_pivotal_lift, sign_agreement
+    from creditaudit.audit.metrics import precision_at_pivotal_lift
+    from creditaudit.stats import median_spearman, sign_agreement
 
     stats = protocol.statistics
     n_abstained = int(credit.abstained.sum())

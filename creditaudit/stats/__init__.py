@@ -7,14 +7,23 @@ Every random function takes ``rng`` (pass a named stream from
 :func:`creditaudit.protocol.seeds.rng`).
 
 Modules: :mod:`~creditaudit.stats.bootstrap` (cluster bootstrap), :mod:`~creditaudit.stats.rank`
-(within-group Spearman), :mod:`~creditaudit.stats.proportions` (Wilson, Holm, sign agreement),
+(within-group Spearman), :mod:`~creditaudit.stats.proportions` (Wilson, Holm, sign agreement, resolution bound),
 :mod:`~creditaudit.stats.equivalence` (TOST, superiority, MDE, readings),
 :mod:`~creditaudit.stats.association` (partial correlation, standardised OLS, kappa),
 :mod:`~creditaudit.stats.divergence` (Jensen-Shannon), :mod:`~creditaudit.stats.matrices`
-(partition test, Mantel, partial Mantel), :mod:`~creditaudit.stats.replay_helpers`
-(resolution bound, precision-at-pivotal lift). Importing the package registers every statistic
+(partition test, Mantel, partial Mantel). Importing the package registers every statistic
 as a factory of kind ``"statistic"`` (:mod:`~creditaudit.stats.registered`), so a protocol can
-freeze a statistic with its options and the ledger can rebuild it.
+freeze a statistic with its options and the ledger can rebuild it. The audit's own metric, the
+precision-at-pivotal lift, lives in :mod:`creditaudit.audit.metrics`.
+
+The numbers come from the libraries the toolkit depends on wherever one computes them —
+statsmodels (t-tests, TOST, Holm, Wilson, Cohen's kappa, OLS), scipy (Jensen-Shannon, the
+noncentral t of the MDE, ranks), pingouin (partial correlation), scikit-bio (the Mantel
+statistic) — wrapped in frozen results; each module's docstring says which, and what is
+hand-written because no library offers it (the cluster bootstrap with counted degenerate
+resamples, the within-group Spearman, the permutation engine of the partition test and of the
+(partial) Mantel tests, the TOST power). Imports of those libraries are deferred to the call,
+so importing :mod:`creditaudit.stats` stays light.
 """
 
 from creditaudit.stats.association import (
@@ -45,12 +54,12 @@ from creditaudit.stats.proportions import (
     SignAgreementResult,
     WilsonResult,
     holm,
+    resolution_bound,
     sign_agreement,
     wilson,
 )
 from creditaudit.stats.rank import GroupSpearmanResult, MedianSpearmanResult, group_spearman, median_spearman
 from creditaudit.stats.registered import REGISTERED, ConfiguredStatistic
-from creditaudit.stats.replay_helpers import LiftResult, precision_at_pivotal_lift, resolution_bound
 
 __all__ = [
     # bootstrap
@@ -68,6 +77,7 @@ __all__ = [
     "wilson",
     "holm",
     "sign_agreement",
+    "resolution_bound",
     # equivalence
     "READINGS",
     "TostResult",
@@ -95,10 +105,6 @@ __all__ = [
     "partition_test",
     "mantel",
     "partial_mantel",
-    # replay helpers
-    "LiftResult",
-    "resolution_bound",
-    "precision_at_pivotal_lift",
     # registered factories (registry kind "statistic")
     "REGISTERED",
     "ConfiguredStatistic",

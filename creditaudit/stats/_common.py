@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -145,7 +145,40 @@ class Result:
     Scalars become columns; the interval field ``ci`` becomes ``ci_low``/``ci_high``; arrays
     (null or bootstrap distributions, per-group values) stay on the object and are left out of
     the frame.
+
+    A result that carries an interval implements :meth:`_interval` (the interval at a validated
+    level); :meth:`confidence_interval` is the one public entry point for all of them.
     """
+
+    #: Level :meth:`confidence_interval` uses when none is given; ``None`` means "the interval
+    #: the result was computed at", its ``ci`` field.
+    _default_level: ClassVar[float | None] = None
+
+    def confidence_interval(self, level: float | None = None):
+        """The confidence interval at ``level``.
+
+        Parameters
+        ----------
+        level : float, optional
+            In (0, 1). Default: the interval the result carries (its ``ci`` field, at the level it
+            was computed at) — or, for a result without one, its class's default level.
+
+        Returns
+        -------
+        tuple of float
+            ``(low, high)``; an array of such rows for a result with several estimates
+            (:class:`~creditaudit.stats.OLSResult`).
+        """
+        if level is None:
+            if self._default_level is None:
+                if not any(f.name == "ci" for f in fields(self)):
+                    return self._interval(None)  # a result without an interval says so
+                return self.ci
+            level = self._default_level
+        return self._interval(check_open_unit("level", level))
+
+    def _interval(self, level: float | None):
+        raise TypeError(f"{type(self).__name__} carries no confidence interval")
 
     def _frame_row(self) -> dict[str, Any]:
         row: dict[str, Any] = {}

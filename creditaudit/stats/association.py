@@ -3,12 +3,22 @@
 The fluency-echo analysis (SPEC §5 T3) regresses credit on fluency and causal increment and asks
 whether credit tracks the increment once fluency is held fixed; judge-vs-judge agreement uses
 exact agreement and Cohen's kappa (SPEC §4).
+
+Where the numbers come from: the partial correlation, its p-value and Fisher interval are
+:func:`pingouin.partial_corr` and :func:`pingouin.compute_esci`; the regression is
+:class:`statsmodels.regression.linear_model.OLS` on z-scores; Cohen's kappa and its asymptotic
+standard errors are :func:`statsmodels.stats.inter_rater.cohens_kappa`. This module validates
+(raising where the libraries would warn or return NaN), builds the contingency table and wraps the
+numbers. The tests check them against R ``ppcor::pcor.test`` (pingouin's published reference
+values), a SAS ``PROC FREQ`` kappa printout (statsmodels' published reference) and formulas
+worked independently in the tests — not against the library the code calls.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
@@ -67,25 +77,21 @@ class PartialCorrResult(Result):
     alternative: str
     method: str
 
-    def confidence_interval(self, level: float | None = None) -> tuple[float, float]:
-        """Fisher-z interval at ``level`` (default: the level computed at)."""
-        if level is None:
-            return self.ci
-        return _fisher_ci(self.statistic, self.n - self.n_covariates, check_open_unit("level", level), self.alternative)
+    def _interval(self, level: float) -> tuple[float, float]:
+        return _fisher_ci(self.statistic, self.n - self.n_covariates, level, self.alternative)
 
 
 def _fisher_ci(r: float, n_eff: int, level: float, alternative: str) -> tuple[float, float]:
+    """pingouin's Fisher-z interval with ``n - k`` as the sample size (as ``pingouin.partial_corr``)."""
     if n_eff <= 3:
-        return (-1.0, 1.0)
-    z = math.atanh(min(max(r, -1 + 1e-16), 1 - 1e-16))
-    se = 1.0 / math.sqrt(n_eff - 3)
-    if alternative == "two-sided":
-        q = float(ndtri(1.0 - (1.0 - level) / 2.0))
-        return math.tanh(z - q * se), math.tanh(z + q * se)
-    q = float(ndtri(level))
-    if alternative == "greater":
-        return math.tanh(z - q * se), 1.0
-    return -1.0, math.tanh(z + q * se)
+        return (-1.0, 1.0)  # no standard error: the whole range
+    import pingouin as pg
+
+    # pingouin rounds the interval to `decimals`; 15 keeps it to the last bits of a double in [-1, 1]
+    low, high = pg.compute_esci(
+        stat=r, nx=n_eff, ny=n_eff, eftype="r", confidence=float(level), decimals=15, alternative=alternative
+    )
+    return float(low), float(high)
 
 
 def _as_covariates(covar, n: int) -> np.ndarray:
@@ -120,6 +126,19 @@ def _partial_corr_iv(x, y, covar, method, alternative, confidence_level):
         raise ValueError(f"need more items than covariates + 2 (`x` has {x.size}, `covar` has {k} column(s))")
     if np.ptp(x) == 0 or np.ptp(y) == 0:
         raise ValueError("`x` or `y` is constant; the correlation is undefined")
+    if method == "spearman":
+        x, y = sps.rankdata(x), sps.rankdata(y)
+        z = np.column_stack([sps.rankdata(c) for c in z.T])
+    design = np.column_stack([np.ones(x.size), z])
+    rank = np.linalg.matrix_rank(design)
+    if rank < k + 1:
+        raise ValueError(
+            "`covar` is rank-deficient (collinear columns"
+            + (", after ranking" if method == "spearman" else "")
+            + "); drop the redundant columns"
+        )
+    if any(np.linalg.matrix_rank(np.column_stack([design, v])) == rank for v in (x, y)):
+        raise ValueError("`x` or `y` is fully explained by `covar`; the partial correlation is undefined")
     return x, y, z, method, alternative, confidence_level
 
 
@@ -155,7 +174,10 @@ def partial_corr(
     least-squares regression on :math:`[1, Z]`. With :math:`df = n - 2 - k`,
     :math:`t = r\\sqrt{df/(1-r^2)}` is referred to :math:`T_{df}`. The interval is Fisher's
     :math:`\\tanh(\\operatorname{atanh} r \\pm z_{1-\\alpha/2}/\\sqrt{n - k - 3})`.
-    For Spearman the p-value is the usual t approximation on ranks.
+    For Spearman the p-value is the usual t approximation on ranks. Computed by
+    :func:`pingouin.partial_corr` (inverse covariance matrix) and :func:`pingouin.compute_esci`
+    (unrounded); the covariates must have full rank and leave ``x`` and ``y`` some residual
+    variation, else ``ValueError`` (pingouin would warn and use a pseudo-inverse).
 
     References
     ----------
@@ -175,32 +197,18 @@ def partial_corr(
     >>> abs(res.statistic) < 0.2, res.df
     (True, 197)
     """
+    import pingouin as pg
+
     x, y, z, method, alternative, confidence_level = _partial_corr_iv(
         x, y, covar, method, alternative, confidence_level
     )
-    if method == "spearman":
-        x, y = sps.rankdata(x), sps.rankdata(y)
-        z = np.column_stack([sps.rankdata(c) for c in z.T])
     n, k = x.size, z.shape[1]
-    design = np.column_stack([np.ones(n), z])
-    coef, *_ = np.linalg.lstsq(design, np.column_stack([x, y]), rcond=None)
-    resid = np.column_stack([x, y]) - design @ coef
-    rx, ry = resid[:, 0], resid[:, 1]
-    denom = math.sqrt(float(rx @ rx) * float(ry @ ry))
-    if denom == 0.0:
-        raise ValueError("`x` or `y` is fully explained by `covar`; the partial correlation is undefined")
-    r = float(np.clip(rx @ ry / denom, -1.0, 1.0))
+    covariates = [f"covar{j}" for j in range(k)]
+    frame = pd.DataFrame(np.column_stack([x, y, z]), columns=["x", "y", *covariates])
+    # (Spearman: the columns are ranks already; pingouin ranks them again, which changes nothing)
+    out = pg.partial_corr(frame, x="x", y="y", covar=covariates, alternative=alternative, method=method)
+    r, p = float(out["r"].iloc[0]), float(out["p_val"].iloc[0])
     df = n - 2 - k
-    if abs(r) == 1.0:
-        t = math.copysign(math.inf, r)
-    else:
-        t = r * math.sqrt(df / (1.0 - r * r))
-    if alternative == "two-sided":
-        p = float(2.0 * sps.t.sf(abs(t), df))
-    elif alternative == "greater":
-        p = float(sps.t.sf(t, df))
-    else:
-        p = float(sps.t.cdf(t, df))
     return PartialCorrResult(
         statistic=r,
         pvalue=p,
@@ -249,9 +257,11 @@ class OLSResult(Result):
     df_resid: int
     method: str
 
-    def confidence_interval(self, level: float = 0.95) -> np.ndarray:
-        """``(k, 2)`` t intervals of the standardised coefficients at ``level``."""
-        level = check_open_unit("level", level)
+    #: :meth:`confidence_interval` without a level gives the 95% intervals (the result has no ``ci``).
+    _default_level: ClassVar[float] = 0.95
+
+    def _interval(self, level: float) -> np.ndarray:
+        """``(k, 2)`` t intervals of the standardised coefficients."""
         q = float(sps.t.ppf(1.0 - (1.0 - level) / 2.0, self.df_resid))
         return np.column_stack([self.coefficients - q * self.se, self.coefficients + q * self.se])
 
@@ -408,12 +418,13 @@ class KappaResult(Result):
     table: np.ndarray
     method: str
 
-    def confidence_interval(self, level: float | None = None) -> tuple[float, float]:
-        """Normal interval at ``level`` (default: the level computed at)."""
-        if level is None:
-            return self.ci
-        q = float(ndtri(1.0 - (1.0 - check_open_unit("level", level)) / 2.0))
-        return self.statistic - q * self.se, self.statistic + q * self.se
+    def _interval(self, level: float) -> tuple[float, float]:
+        return _normal_interval(self.statistic, self.se, level)
+
+
+def _normal_interval(estimate: float, se: float, level: float) -> tuple[float, float]:
+    q = float(ndtri(1.0 - (1.0 - level) / 2.0))
+    return float(estimate - q * se), float(estimate + q * se)
 
 
 def _kappa_iv(a, b, categories, confidence_level):
@@ -471,7 +482,12 @@ def cohens_kappa(a, b, *, categories=None, confidence_level: float = 0.95) -> Ka
     + (1-\\kappa)^2\\sum_{i\\ne j}p_{ij}(p_{\\cdot i}+p_{j\\cdot})^2
     - (\\kappa - p_e(1-\\kappa))^2] / (n(1-p_e)^2)`; under :math:`\\kappa = 0`,
     :math:`\\operatorname{Var}_0 = [p_e + p_e^2 - \\sum_i p_{i\\cdot}p_{\\cdot i}
-    (p_{i\\cdot}+p_{\\cdot i})]/(n(1-p_e)^2)`.
+    (p_{i\\cdot}+p_{\\cdot i})]/(n(1-p_e)^2)`. Kappa, both variances and the p-value are
+    :func:`statsmodels.stats.inter_rater.cohens_kappa`'s on the table built here (categories
+    neither rater used are empty rows and columns). Its ``std_kappa`` is this Fleiss-Cohen-Everitt
+    standard error; the interval is ``kappa ± z se`` at ``confidence_level`` (statsmodels'
+    ``kappa_low``/``kappa_upp`` are the same interval at 95% only). The tests pin a SAS
+    ``PROC FREQ`` printout (ASE 0.1380, 95% limits 0.2137 and 0.7547 for kappa 0.4842).
 
     References
     ----------
@@ -492,6 +508,8 @@ def cohens_kappa(a, b, *, categories=None, confidence_level: float = 0.95) -> Ka
     >>> round(res.statistic, 6), res.agreement, res.expected_agreement
     (0.4, 0.7, 0.5)
     """
+    from statsmodels.stats.inter_rater import cohens_kappa as sm_cohens_kappa
+
     a, b, categories, confidence_level = _kappa_iv(a, b, categories, confidence_level)
     index = {c: i for i, c in enumerate(categories)}
     m = len(categories)
@@ -499,26 +517,20 @@ def cohens_kappa(a, b, *, categories=None, confidence_level: float = 0.95) -> Ka
     np.add.at(table, ([index[v] for v in a.tolist()], [index[v] for v in b.tolist()]), 1.0)
     n = int(a.size)
     p = table / n
-    row, col = p.sum(axis=1), p.sum(axis=0)
     po = float(np.trace(p))
-    pe = float(row @ col)
+    pe = float(p.sum(axis=1) @ p.sum(axis=0))
     if pe >= 1.0 - 1e-15:
         raise ValueError("chance agreement is 1 (both raters used one category only); kappa is undefined")
-    kappa = (po - pe) / (1.0 - pe)
-    term_a = float((np.diag(p) * (1.0 - (row + col) * (1.0 - kappa)) ** 2).sum())
-    off = p * (col[:, None] + row[None, :]) ** 2
-    np.fill_diagonal(off, 0.0)
-    term_b = (1.0 - kappa) ** 2 * float(off.sum())
-    term_c = (kappa - pe * (1.0 - kappa)) ** 2
-    var = max(0.0, (term_a + term_b - term_c) / ((1.0 - pe) ** 2 * n))
-    var0 = (pe + pe * pe - float((row * col * (row + col)).sum())) / ((1.0 - pe) ** 2 * n)
-    se = math.sqrt(var)
-    q = float(ndtri(1.0 - (1.0 - confidence_level) / 2.0))
-    pvalue = float(2.0 * sps.norm.sf(abs(kappa) / math.sqrt(var0))) if var0 > 0 else float("nan")
+    with np.errstate(invalid="ignore"):  # statsmodels takes sqrt of var_kappa; clamped below
+        res = sm_cohens_kappa(table)
+    kappa = float(res.kappa)
+    se = math.sqrt(max(0.0, float(res.var_kappa)))  # float error leaves ~ -1e-17 at perfect agreement
+    var0 = float(res.var_kappa0)
+    pvalue = float(res.pvalue_two_sided) if var0 > 0 else float("nan")
     return KappaResult(
-        statistic=float(kappa),
+        statistic=kappa,
         se=se,
-        ci=(kappa - q * se, kappa + q * se),
+        ci=_normal_interval(kappa, se, confidence_level),
         confidence_level=confidence_level,
         pvalue=pvalue,
         agreement=po,

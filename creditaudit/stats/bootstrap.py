@@ -3,6 +3,12 @@
 The audit's unit of resampling is the trajectory (the group), never the turn: turns of one
 trajectory are dependent. Every bootstrap here therefore takes *group-level* arrays — one entry
 per group, computed once — and resamples whole groups with replacement.
+
+Hand-written because no library offers the protocol's handling of degenerate resamples: a
+resample on which the statistic is undefined is counted and left out of the interval, where
+:func:`scipy.stats.bootstrap` returns a NaN interval. Otherwise it is scipy's percentile bootstrap:
+it draws the same resamples from the same generator, and the tests check it against
+:func:`scipy.stats.bootstrap` draw for draw.
 """
 
 from __future__ import annotations
@@ -61,11 +67,8 @@ class BootstrapResult(Result):
     method: str
     distribution: np.ndarray
 
-    def confidence_interval(self, level: float | None = None) -> tuple[float, float]:
-        """Percentile interval at ``level`` (default: the level the result was computed at)."""
-        if level is None:
-            return self.ci
-        return percentile_interval(self.distribution, check_open_unit("level", level))
+    def _interval(self, level: float) -> tuple[float, float]:
+        return percentile_interval(self.distribution, level)
 
 
 def _cluster_bootstrap_iv(data, statistic, n_resamples, confidence_level, batch):

@@ -3,6 +3,16 @@
 Readings are "equivalent", "different" or "inconclusive" — a non-significant difference test is
 never read as "no difference". Bounds are in the raw units of the outcome: the ±3 pp band on a
 success rate is ``low=-0.03, high=0.03``.
+
+Where the numbers come from: the TOST and superiority t-tests, their standard errors, degrees of
+freedom and intervals are computed by :mod:`statsmodels.stats.weightstats` (``ttost_paired``,
+``CompareMeans.ttost_ind``, ``DescrStatsW.ttest_mean``, ``CompareMeans.ttest_ind``,
+``tconfint_mean``/``tconfint_diff``); this module validates, wraps the numbers in frozen results
+and applies the reading rule. Hand-written here: :func:`mde`'s root finding on scipy's
+noncentral t (see its Notes for why not ``statsmodels``' ``TTestPower.solve_power``) and the
+approximate TOST power at zero, which no library offers for a t design. The tests check every
+number against R (``equivalence::tost``, ``t.test``, ``pwr::pwr.t.test``; values published with
+statsmodels' test suite), scipy and pingouin — never against statsmodels alone.
 """
 
 from __future__ import annotations
@@ -96,9 +106,8 @@ class TostResult(Result):
     def equivalent(self) -> bool:
         return self.pvalue <= self.alpha
 
-    def confidence_interval(self, level: float | None = None) -> tuple[float, float]:
-        """Two-sided t interval of the difference at ``level`` (default ``1 - 2 alpha``)."""
-        level = 1.0 - 2.0 * self.alpha if level is None else check_open_unit("level", level)
+    def _interval(self, level: float) -> tuple[float, float]:
+        """Two-sided t interval of the difference (``ci`` is the one at ``1 - 2 alpha``)."""
         q = float(sps.t.ppf(1.0 - (1.0 - level) / 2.0, self.df))
         return self.estimate - q * self.se, self.estimate + q * self.se
 
@@ -140,9 +149,8 @@ class SuperiorityResult(Result):
     n2: int
     method: str
 
-    def confidence_interval(self, level: float | None = None) -> tuple[float, float]:
-        """One-sided interval ``(lower, inf)`` at ``level`` (default ``1 - alpha``)."""
-        level = 1.0 - self.alpha if level is None else check_open_unit("level", level)
+    def _interval(self, level: float) -> tuple[float, float]:
+        """One-sided interval ``(lower, inf)`` (``ci`` is the one at ``1 - alpha``)."""
         return self.estimate - float(sps.t.ppf(level, self.df)) * self.se, math.inf
 
 
@@ -204,61 +212,54 @@ def _paired_iv(x, y):
     x = as_1d_finite("x", x, min_size=2)
     y = as_1d_finite("y", y, min_size=2)
     check_same_length(x=x, y=y)
-    d = x - y
-    sd = float(np.std(d, ddof=1))
-    if sd == 0.0:
+    if np.ptp(x - y) == 0.0:
         raise ValueError("the paired differences `x - y` are all equal (zero variance): the t statistic is undefined")
-    n = d.size
-    return float(d.mean()), sd / math.sqrt(n), float(n - 1), n
+    return x, y
 
 
 def _ind_iv(x, y, usevar):
     x = as_1d_finite("x", x, min_size=2)
     y = as_1d_finite("y", y, min_size=2)
     usevar = check_choice("usevar", usevar, _USEVAR)
-    n1, n2 = x.size, y.size
-    v1, v2 = float(np.var(x, ddof=1)), float(np.var(y, ddof=1))
-    if v1 == 0.0 and v2 == 0.0:
+    if np.ptp(x) == 0.0 and np.ptp(y) == 0.0:
         raise ValueError("`x` and `y` are both constant (zero variance): the t statistic is undefined")
+    return x, y, usevar
+
+
+def _compare_means(x, y):
+    from statsmodels.stats.weightstats import CompareMeans, DescrStatsW
+
+    return CompareMeans(DescrStatsW(x), DescrStatsW(y))
+
+
+def _ind_se_df(cm, usevar: str) -> tuple[float, float]:
     if usevar == "pooled":
-        df = float(n1 + n2 - 2)
-        sp2 = ((n1 - 1) * v1 + (n2 - 1) * v2) / df
-        se = math.sqrt(sp2 * (1.0 / n1 + 1.0 / n2))
-    else:
-        a, b = v1 / n1, v2 / n2
-        se = math.sqrt(a + b)
-        df = (a + b) ** 2 / (a * a / (n1 - 1) + b * b / (n2 - 1))
-    return float(x.mean() - y.mean()), se, df, n1, n2, usevar
+        return float(cm.std_meandiff_pooledvar), float(cm.d1.nobs + cm.d2.nobs - 2)
+    return float(cm.std_meandiff_separatevar), float(cm.dof_satt())
 
 
-def _tost(estimate, se, df, low, high, alpha, n1, n2, method) -> TostResult:
-    t_low = (estimate - low) / se
-    t_high = (estimate - high) / se
-    p_low = float(sps.t.sf(t_low, df))
-    p_high = float(sps.t.cdf(t_high, df))
-    t0 = estimate / se
-    p0 = float(2.0 * sps.t.sf(abs(t0), df))
-    q = float(sps.t.ppf(1.0 - alpha, df))
-    pvalue = max(p_low, p_high)
-    reading = _reading(pvalue, p0, alpha)
+def _tost_result(estimate, se, df, tost, difference, ci, low, high, alpha, n1, n2, method) -> TostResult:
+    pvalue, (t_low, p_low, _), (t_high, p_high, _) = tost
+    t0, p0, _ = difference
+    pvalue = float(pvalue)
     return TostResult(
-        estimate=estimate,
+        estimate=float(estimate),
         pvalue=pvalue,
         statistic_lower=float(t_low),
-        pvalue_lower=p_low,
+        pvalue_lower=float(p_low),
         statistic_upper=float(t_high),
-        pvalue_upper=p_high,
+        pvalue_upper=float(p_high),
         difference_statistic=float(t0),
-        difference_pvalue=p0,
-        se=se,
-        df=df,
+        difference_pvalue=float(p0),
+        se=float(se),
+        df=float(df),
         low=low,
         high=high,
         alpha=alpha,
-        ci=(estimate - q * se, estimate + q * se),
+        ci=(float(ci[0]), float(ci[1])),
         n1=n1,
         n2=n2,
-        reading=reading,
+        reading=_reading(pvalue, float(p0), alpha),
         method=method,
     )
 
@@ -294,7 +295,9 @@ def tost_paired(x, y, *, low: float, high: float, alpha: float = 0.05) -> TostRe
     :math:`t_L = (\\bar d - low)/se`, :math:`p_L = P(T_{df} > t_L)`;
     :math:`t_U = (\\bar d - high)/se`, :math:`p_U = P(T_{df} < t_U)`;
     :math:`p = \\max(p_L, p_U)`. Equivalence at level alpha iff the :math:`1-2\\alpha` interval
-    lies inside the band. See :func:`equivalence_reading` for the reading.
+    lies inside the band. See :func:`equivalence_reading` for the reading. Computed by
+    :func:`statsmodels.stats.weightstats.ttost_paired` (the two one-sided tests) and
+    ``DescrStatsW`` (mean, standard error, difference test, interval).
 
     References
     ----------
@@ -313,10 +316,27 @@ def tost_paired(x, y, *, low: float, high: float, alpha: float = 0.05) -> TostRe
     >>> res.reading, bool(res.pvalue < 0.001)
     ('equivalent', True)
     """
+    from statsmodels.stats.weightstats import DescrStatsW, ttost_paired
+
     low, high = _check_band(low, high)
     alpha = check_open_unit("alpha", alpha)
-    estimate, se, df, n = _paired_iv(x, y)
-    return _tost(estimate, se, df, low, high, alpha, n, n, "paired TOST (t)")
+    x, y = _paired_iv(x, y)
+    d = DescrStatsW(x - y)
+    n = x.size
+    return _tost_result(
+        d.mean,
+        d.std_mean,
+        n - 1,
+        ttost_paired(x, y, low, high),
+        d.ttest_mean(0.0),
+        d.tconfint_mean(alpha=2.0 * alpha),
+        low,
+        high,
+        alpha,
+        n,
+        n,
+        "paired TOST (t)",
+    )
 
 
 def tost_ind(x, y, *, low: float, high: float, alpha: float = 0.05, usevar: str = "pooled") -> TostResult:
@@ -340,7 +360,8 @@ def tost_ind(x, y, *, low: float, high: float, alpha: float = 0.05, usevar: str 
     -----
     Pooled: :math:`se = s_p\\sqrt{1/n_1 + 1/n_2}`, :math:`df = n_1 + n_2 - 2`. Unequal:
     :math:`se = \\sqrt{s_1^2/n_1 + s_2^2/n_2}`, Welch-Satterthwaite df. Then as
-    :func:`tost_paired`.
+    :func:`tost_paired`. Computed by :func:`statsmodels.stats.weightstats.ttost_ind` and
+    ``CompareMeans`` (``ttest_ind``, ``tconfint_diff``).
 
     References
     ----------
@@ -353,24 +374,41 @@ def tost_ind(x, y, *, low: float, high: float, alpha: float = 0.05, usevar: str 
     >>> res.reading, round(res.estimate, 2)
     ('different', -0.5)
     """
+    from statsmodels.stats.weightstats import ttost_ind
+
     low, high = _check_band(low, high)
     alpha = check_open_unit("alpha", alpha)
-    estimate, se, df, n1, n2, usevar = _ind_iv(x, y, usevar)
-    return _tost(estimate, se, df, low, high, alpha, n1, n2, f"independent TOST (t, {usevar} variance)")
+    x, y, usevar = _ind_iv(x, y, usevar)
+    cm = _compare_means(x, y)
+    se, df = _ind_se_df(cm, usevar)
+    return _tost_result(
+        cm.d1.mean - cm.d2.mean,
+        se,
+        df,
+        ttost_ind(x, y, low, high, usevar=usevar),
+        cm.ttest_ind(alternative="two-sided", usevar=usevar, value=0.0),
+        cm.tconfint_diff(alpha=2.0 * alpha, alternative="two-sided", usevar=usevar),
+        low,
+        high,
+        alpha,
+        x.size,
+        y.size,
+        f"independent TOST (t, {usevar} variance)",
+    )
 
 
-def _superiority(estimate, se, df, margin, alpha, n1, n2, method) -> SuperiorityResult:
-    t = (estimate - margin) / se
-    p = float(sps.t.sf(t, df))
+def _superiority_result(estimate, se, df, test, ci, margin, alpha, n1, n2, method) -> SuperiorityResult:
+    t, p, _ = test
+    p = float(p)
     return SuperiorityResult(
-        estimate=estimate,
+        estimate=float(estimate),
         statistic=float(t),
         pvalue=p,
         margin=margin,
-        se=se,
-        df=df,
+        se=float(se),
+        df=float(df),
         alpha=alpha,
-        ci=(estimate - float(sps.t.ppf(1.0 - alpha, df)) * se, math.inf),
+        ci=(float(ci[0]), math.inf),
         superior=p <= alpha,
         n1=n1,
         n2=n2,
@@ -395,7 +433,8 @@ def superiority_paired(x, y, *, margin: float = 0.0, alpha: float = 0.05) -> Sup
 
     Notes
     -----
-    :math:`t = (\\bar d - margin)/(s_d/\\sqrt n)`, :math:`p = P(T_{n-1} > t)`.
+    :math:`t = (\\bar d - margin)/(s_d/\\sqrt n)`, :math:`p = P(T_{n-1} > t)`; computed by
+    ``statsmodels``' ``DescrStatsW.ttest_mean(margin, alternative='larger')``.
 
     References
     ----------
@@ -408,10 +447,25 @@ def superiority_paired(x, y, *, margin: float = 0.0, alpha: float = 0.05) -> Sup
     >>> round(res.estimate, 3), res.superior
     (0.375, True)
     """
+    from statsmodels.stats.weightstats import DescrStatsW
+
     margin = check_finite_float("margin", margin)
     alpha = check_open_unit("alpha", alpha)
-    estimate, se, df, n = _paired_iv(x, y)
-    return _superiority(estimate, se, df, margin, alpha, n, n, "paired one-sided t (superiority)")
+    x, y = _paired_iv(x, y)
+    d = DescrStatsW(x - y)
+    n = x.size
+    return _superiority_result(
+        d.mean,
+        d.std_mean,
+        n - 1,
+        d.ttest_mean(margin, alternative="larger"),
+        d.tconfint_mean(alpha=alpha, alternative="larger"),
+        margin,
+        alpha,
+        n,
+        n,
+        "paired one-sided t (superiority)",
+    )
 
 
 def superiority_ind(x, y, *, margin: float = 0.0, alpha: float = 0.05, usevar: str = "pooled") -> SuperiorityResult:
@@ -432,7 +486,8 @@ def superiority_ind(x, y, *, margin: float = 0.0, alpha: float = 0.05, usevar: s
     Notes
     -----
     :math:`t = (\\bar x - \\bar y - margin)/se` with the standard error and df of
-    :func:`tost_ind`; :math:`p = P(T_{df} > t)`.
+    :func:`tost_ind`; :math:`p = P(T_{df} > t)`; computed by ``statsmodels``'
+    ``CompareMeans.ttest_ind(alternative='larger', value=margin)``.
 
     References
     ----------
@@ -448,9 +503,20 @@ def superiority_ind(x, y, *, margin: float = 0.0, alpha: float = 0.05, usevar: s
     """
     margin = check_finite_float("margin", margin)
     alpha = check_open_unit("alpha", alpha)
-    estimate, se, df, n1, n2, usevar = _ind_iv(x, y, usevar)
-    return _superiority(
-        estimate, se, df, margin, alpha, n1, n2, f"independent one-sided t (superiority, {usevar} variance)"
+    x, y, usevar = _ind_iv(x, y, usevar)
+    cm = _compare_means(x, y)
+    se, df = _ind_se_df(cm, usevar)
+    return _superiority_result(
+        cm.d1.mean - cm.d2.mean,
+        se,
+        df,
+        cm.ttest_ind(alternative="larger", usevar=usevar, value=margin),
+        cm.tconfint_diff(alpha=alpha, alternative="larger", usevar=usevar),
+        margin,
+        alpha,
+        x.size,
+        y.size,
+        f"independent one-sided t (superiority, {usevar} variance)",
     )
 
 
@@ -542,6 +608,14 @@ def mde(
     TOST power at 0 uses the standard approximation
     :math:`\\max\\{0, F_{df,(0-low)/se}^{>}(t_{1-\\alpha}) + F_{df,high/se}^{>}(t_{1-\\alpha}) - 1\\}`,
     with :math:`F^{>}` the noncentral-t survival function — exact for known variance.
+
+    Hand-written on :data:`scipy.stats.nct`, not through ``statsmodels``: its
+    ``TTestPower``/``TTestIndPower`` compute the same power function (the tests check the MDE
+    against them and against R ``pwr.t.test``), but ``solve_power`` stops at a tolerance of about
+    1e-5 (the MDE here hits the target power within 1e-9), and statsmodels evaluates the
+    two-sided power at :math:`df = 1` where this function reports the MDE as undefined (its
+    noncentral-t lower tail is NaN there), a behaviour the training-arm analysis reports and the
+    tests pin. The TOST power has no library equivalent for a t design.
 
     References
     ----------

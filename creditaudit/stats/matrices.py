@@ -6,6 +6,21 @@ the design matrix once parameter displacement is held fixed (partial Mantel)?
 
 All three permute *objects* (rows and columns jointly) and compute the statistics of every
 permutation in batches with matrix operations on the unrolled upper triangle.
+
+What comes from a library and what is hand-written: the plain Mantel statistic is
+:func:`skbio.stats.distance.mantel`'s. The permutation engine is hand-written, because no
+library offers (a) the partial Mantel test — no Python package has vegan's ``mantel.partial`` —,
+(b) the partition test (between- minus within-group mean distance; scikit-bio's ANOSIM ranks
+the distances and PERMANOVA uses a pseudo-F), (c) explicit permutation matrices (vegan's
+``permutations=`` matrix, which makes a full enumeration an exact test), or (d) vegan's tie rule,
+which counts a permuted statistic within :data:`~creditaudit.stats._common.TIE_EPS` of the
+observed one as a tie. scikit-bio compares exactly, and on tied matrices — a training-arm design
+matrix is mostly ties — statistics equal to the observed one up to float error fall on either
+side of it, so its p-value drifts from vegan's (the tests show one case). One engine therefore
+serves all three tests, plain Mantel included. Drawn permutations are the ones scikit-bio draws
+from the same generator (``Generator.permutation(n)`` per permutation), so on untied data the
+plain Mantel p-value equals scikit-bio's. The tests pin R vegan 2.6-4's numbers (exact
+enumeration) and enumerate the partition test by hand.
 """
 
 from __future__ import annotations
@@ -74,7 +89,8 @@ def _permutation_batches(n: int, count: int, explicit, batch, per_row: int, rng)
     """Yield ``(b, n)`` permutation arrays: explicit rows, or ``rng.permuted`` draws.
 
     Drawn permutations are the rows of ``rng.permuted(np.tile(arange(n), (b, 1)), axis=1)``;
-    the stream does not depend on the batch size (each row is shuffled in turn).
+    the stream does not depend on the batch size (each row is shuffled in turn), and it is the
+    stream of ``rng.permutation(n)`` called once per permutation, as scikit-bio's ``mantel`` draws.
     """
     if batch is None:
         batch = max(1, _MAX_ELEMENTS // max(per_row, 1))
@@ -191,6 +207,8 @@ def partition_test(
     Labels are permuted (the group sizes, hence the pair counts, are fixed), and
     :math:`p = (\\#\\{T^*_b \\ge T\\} + 1)/(B + 1)` for 'greater' ('less': :math:`\\le`;
     'two-sided': :math:`|T^*_b| \\ge |T|`), ties within :math:`\\sqrt{\\epsilon}`.
+    Hand-written: no library offers this statistic (scikit-bio's ANOSIM and PERMANOVA test other
+    ones); the tests check it by full enumeration.
 
     References
     ----------
@@ -303,6 +321,24 @@ def _mantel_iv(x, y, z, method, permutations, alternative, batch):
     return x, y, z, method, count, explicit, check_alternative(alternative), check_batch(batch)
 
 
+def _skbio_mantel_statistic(x: np.ndarray, y: np.ndarray, method: str) -> float:
+    """scikit-bio's Mantel correlation of the upper triangles (no permutations)."""
+    from skbio.stats.distance import mantel as skbio_mantel
+
+    n = x.shape[0]
+    i, j = np.triu_indices(n, k=1)
+
+    def exactly_symmetric(m):  # the validation allows float asymmetry; scikit-bio does not
+        out = np.zeros((n, n))
+        out[i, j] = m[i, j]
+        out[j, i] = m[i, j]
+        return out
+
+    # seed: no permutation is drawn, but scikit-bio would seed from numpy's global RNG without one
+    statistic, _, _ = skbio_mantel(exactly_symmetric(x), exactly_symmetric(y), method=method, permutations=0, seed=0)
+    return float(statistic)
+
+
 def _mantel_core(x, y, z, method, count, explicit, alternative, rng, batch) -> MantelResult:
     n = x.shape[0]
     i, j = np.triu_indices(n, k=1)
@@ -317,7 +353,7 @@ def _mantel_core(x, y, z, method, count, explicit, alternative, rng, batch) -> M
     flat = xfull.reshape(-1)
     if z is None:
         targets = ys[:, None]
-        observed = float(np.clip(xs @ ys, -1.0, 1.0))
+        observed = _skbio_mantel_statistic(x, y, method)  # after the unit vectors refused constant input
     else:
         zs = _unit_vector("z", z[i, j], method)
         ryz = float(np.clip(ys @ zs, -1.0, 1.0))
@@ -397,10 +433,13 @@ def mantel(
 
     Notes
     -----
-    :math:`r = \\operatorname{cor}(\\operatorname{ut}(X), \\operatorname{ut}(Y))`. Each permutation
-    :math:`\\pi` reorders rows and columns of :math:`X` jointly; the statistic is recomputed
-    on :math:`\\operatorname{ut}(X_{\\pi\\pi})`, and
-    :math:`p = (\\#\\{r^*_b \\ge r - \\sqrt\\epsilon\\} + 1)/(B+1)` for 'greater'.
+    :math:`r = \\operatorname{cor}(\\operatorname{ut}(X), \\operatorname{ut}(Y))`, computed by
+    :func:`skbio.stats.distance.mantel`. Each permutation :math:`\\pi` reorders rows and columns
+    of :math:`X` jointly; the statistic is recomputed on :math:`\\operatorname{ut}(X_{\\pi\\pi})`
+    by the module's permutation engine, and
+    :math:`p = (\\#\\{r^*_b \\ge r - \\sqrt\\epsilon\\} + 1)/(B+1)` for 'greater' (vegan's
+    rule; see the module docstring for why not scikit-bio's p-value). With the same generator the
+    permutations are scikit-bio's, so on untied data the p-value is scikit-bio's too.
 
     References
     ----------
@@ -468,7 +507,8 @@ def partial_mantel(
     once (ranks of a rearrangement are the rearranged ranks).
     :math:`p = (\\#\\{r^*_b \\ge r - \\sqrt\\epsilon\\} + 1)/(B + 1)` for 'greater' — the
     algorithm of Legendre & Legendre as implemented by vegan 2.6 ``mantel.partial``, against
-    which the tests pin reference values.
+    which the tests pin reference values. Hand-written: no Python library has a partial Mantel
+    test.
 
     References
     ----------

@@ -1,4 +1,14 @@
-"""Proportions and multiplicity: Wilson interval, Holm step-down adjustment, sign agreement."""
+"""Proportions and multiplicity: Wilson interval, Holm step-down adjustment, sign agreement, and
+the resolution bound of identical replay outcomes.
+
+Where the numbers come from: the Wilson interval is
+:func:`statsmodels.stats.proportion.proportion_confint` (``method='wilson'``) and Holm's adjusted
+p-values are :func:`statsmodels.stats.multitest.multipletests` (``method='holm'``); this module
+validates (a NaN p-value is refused, never dropped), counts and wraps. The resolution bound is a
+closed form (the exact one-sided Clopper-Pearson bound for zero events), kept as such. The tests
+check these against published worked examples (Newcombe 1998; the paper's intervals; Holm's
+procedure by hand) and against scipy's beta quantile — not against statsmodels alone.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +17,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy.special import ndtri
 
 from creditaudit.stats._common import (
     Result,
@@ -17,16 +26,22 @@ from creditaudit.stats._common import (
     readonly,
 )
 
-__all__ = ["WilsonResult", "HolmResult", "SignAgreementResult", "wilson", "holm", "sign_agreement"]
+__all__ = [
+    "WilsonResult",
+    "HolmResult",
+    "SignAgreementResult",
+    "wilson",
+    "holm",
+    "sign_agreement",
+    "resolution_bound",
+]
 
 
 def _wilson_bounds(successes: int, n: int, level: float) -> tuple[float, float]:
-    z = float(ndtri(1.0 - (1.0 - level) / 2.0))
-    p = successes / n
-    denom = 1.0 + z * z / n
-    center = (p + z * z / (2 * n)) / denom
-    half = z / denom * np.sqrt(p * (1.0 - p) / n + z * z / (4.0 * n * n))
-    return float(max(0.0, center - half)), float(min(1.0, center + half))
+    from statsmodels.stats.proportion import proportion_confint
+
+    low, high = proportion_confint(successes, n, alpha=1.0 - level, method="wilson")
+    return float(low), float(high)
 
 
 @dataclass(frozen=True)
@@ -51,11 +66,8 @@ class WilsonResult(Result):
     confidence_level: float
     method: str
 
-    def confidence_interval(self, level: float | None = None) -> tuple[float, float]:
-        """Wilson interval at ``level`` (default: the level computed at)."""
-        if level is None:
-            return self.ci
-        return _wilson_bounds(self.successes, self.n, check_open_unit("level", level))
+    def _interval(self, level: float) -> tuple[float, float]:
+        return _wilson_bounds(self.successes, self.n, level)
 
 
 def _count(name: str, value) -> int:
@@ -97,6 +109,9 @@ def wilson(successes: int, n: int, *, confidence_level: float = 0.95) -> WilsonR
 
     .. math:: \\frac{\\hat p + z^2/2n}{1 + z^2/n} \\pm \\frac{z}{1 + z^2/n}
               \\sqrt{\\frac{\\hat p(1-\\hat p)}{n} + \\frac{z^2}{4n^2}}
+
+    computed by :func:`statsmodels.stats.proportion.proportion_confint` (``method='wilson'``),
+    which clips float error to [0, 1].
 
     References
     ----------
@@ -220,6 +235,12 @@ def holm(pvalues, *, alpha: float = 0.05, names=None) -> HolmResult:
     the family (``m``) and so loosen every other test's threshold; in a preregistered family a
     test that produced no p-value must be resolved explicitly.
 
+    The adjusted p-values are :func:`statsmodels.stats.multitest.multipletests`'s
+    (``method='holm'``); ``reject`` is ``pvalues_adjusted <= alpha`` on them, so that the decision
+    and the adjusted p-value a ledger prints can never disagree (statsmodels' own ``reject``
+    compares :math:`p_{(i)}` with :math:`\\alpha/(m-i+1)`, which can differ from it in the last
+    bit at the boundary).
+
     References
     ----------
     .. [1] Holm, S. (1979). A simple sequentially rejective multiple test procedure.
@@ -234,13 +255,11 @@ def holm(pvalues, *, alpha: float = 0.05, names=None) -> HolmResult:
     >>> res.reject.tolist()
     [True, False, False, True]
     """
+    from statsmodels.stats.multitest import multipletests
+
     p, alpha, names = _holm_iv(pvalues, alpha, names)
     m = p.size
-    order = np.argsort(p, kind="stable")
-    scaled = np.minimum(1.0, (m - np.arange(m)) * p[order])
-    adjusted_sorted = np.maximum.accumulate(scaled)
-    adjusted = np.empty(m)
-    adjusted[order] = adjusted_sorted
+    adjusted = np.asarray(multipletests(p, alpha=alpha, method="holm")[1], dtype=float)
     return HolmResult(
         pvalues=readonly(p),
         pvalues_adjusted=readonly(adjusted),
@@ -284,11 +303,8 @@ class SignAgreementResult(Result):
     confidence_level: float
     method: str
 
-    def confidence_interval(self, level: float | None = None) -> tuple[float, float]:
-        """Wilson interval at ``level`` (default: the level computed at)."""
-        if level is None:
-            return self.ci
-        return _wilson_bounds(self.n_agree, self.n_both_nonzero, check_open_unit("level", level))
+    def _interval(self, level: float) -> tuple[float, float]:
+        return _wilson_bounds(self.n_agree, self.n_both_nonzero, level)
 
 
 def _sign_agreement_iv(x, y, confidence_level):
@@ -352,3 +368,55 @@ def sign_agreement(x, y, *, confidence_level: float = 0.95) -> SignAgreementResu
         confidence_level=confidence_level,
         method="sign agreement; wilson interval",
     )
+
+
+def _resolution_bound_iv(n, alpha):
+    a = np.asarray(n)
+    if a.dtype.kind not in "iu" or (a < 1).any():
+        raise ValueError(f"`n` must be a positive integer (or array of them); got {n!r}")
+    return a, check_open_unit("alpha", alpha)
+
+
+def resolution_bound(n, *, alpha: float = 0.05):
+    """One-sided bound on the outcome rate ``n`` identical replay outcomes cannot exclude.
+
+    Parameters
+    ----------
+    n : int or array_like of int
+        Replay outcomes in the arm (all equal), at least 1.
+    alpha : float, default 0.05
+
+    Returns
+    -------
+    float or numpy.ndarray
+        :math:`1 - \\alpha^{1/n}` — a plain number (or array, for per-turn use), since this is a
+        closed-form bound, not a test with evidence to carry.
+
+    Notes
+    -----
+    If an arm's :math:`n` Bernoulli outcomes are all 0, every rate :math:`q` with
+    :math:`(1-q)^n < \\alpha` is excluded at level :math:`\\alpha`; the largest rate not
+    excluded is :math:`1 - \\alpha^{1/n}` (the exact Clopper-Pearson one-sided bound). A replay
+    zero is a statement at this resolution, never "no effect" (SPEC §3). Kept in closed form:
+    it equals the upper end of ``statsmodels``' ``proportion_confint(0, n, alpha=2 * alpha,
+    method='beta')`` (tested against :func:`scipy.stats.beta` quantiles), without a quantile
+    solver in the way of an exact formula.
+
+    References
+    ----------
+    .. [1] Clopper, C. J. & Pearson, E. S. (1934). The use of confidence or fiducial limits
+       illustrated in the case of the binomial. *Biometrika* 26(4), 404-413.
+    .. [2] Hanley, J. A. & Lippman-Hand, A. (1983). If nothing goes wrong, is everything all
+       right? *JAMA* 249(13), 1743-1745.
+
+    Examples
+    --------
+    >>> from creditaudit.stats import resolution_bound
+    >>> round(resolution_bound(3), 3)
+    0.632
+    >>> [round(float(b), 3) for b in resolution_bound([1, 3, 8])]
+    [0.95, 0.632, 0.312]
+    """
+    a, alpha = _resolution_bound_iv(n, alpha)
+    value = 1.0 - alpha ** (1.0 / a.astype(float))
+    return float(value) if value.ndim == 0 else readonly(value)

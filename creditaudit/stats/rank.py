@@ -3,6 +3,16 @@
 This is the audit's headline statistic (SPEC §5): per trajectory, the Spearman correlation
 between a family's credit and ``A_replay`` over included turns; the median across trajectories;
 a percentile bootstrap CI over trajectories.
+
+Hand-written because no library offers the protocol's statistic: Spearman within each group with
+its rule for groups without rank information (a constant ``x`` or ``y`` — scipy returns NaN with a
+warning; here the group is excluded and counted, or the call raises), then the cluster bootstrap
+of the median across groups (:func:`~creditaudit.stats.cluster_bootstrap`, whose draws the tests
+check against :func:`scipy.stats.bootstrap`). Each group's value is the Pearson correlation of
+scipy's average ranks (:func:`scipy.stats.rankdata`) rather than :func:`scipy.stats.spearmanr`,
+which returns 1 - 1e-16 for a perfect ranking where this gives 1.0 (a test pins that). The tests
+check the per-group values against :func:`scipy.stats.spearmanr`, a published worked example and
+average ranks computed without scipy.
 """
 
 from __future__ import annotations
@@ -103,11 +113,8 @@ class MedianSpearmanResult(Result):
     per_group: GroupSpearmanResult
     distribution: np.ndarray
 
-    def confidence_interval(self, level: float | None = None) -> tuple[float, float]:
-        """Percentile interval at ``level`` (default: the level computed at)."""
-        if level is None:
-            return self.ci
-        return percentile_interval(self.distribution, check_open_unit("level", level))
+    def _interval(self, level: float) -> tuple[float, float]:
+        return percentile_interval(self.distribution, level)
 
 
 def _group_spearman_iv(x, y, groups, constant):

@@ -27,9 +27,9 @@ from types import MappingProxyType
 from typing import Any
 
 from creditaudit.registry import registry
-from creditaudit.stats import association, divergence, equivalence, matrices, proportions, rank, replay_helpers
+from creditaudit.stats import association, divergence, equivalence, matrices, proportions, rank
 
-__all__ = ["ConfiguredStatistic", "REGISTERED"]
+__all__ = ["ConfiguredStatistic", "REGISTERED", "register_statistic"]
 
 _KIND = "statistic"
 
@@ -77,8 +77,31 @@ def _factory(function: Callable[..., Any]) -> Callable[..., ConfiguredStatistic]
     factory.__signature__ = inspect.Signature(options)  # what Registry.spec binds against
     factory.__name__ = f"{function.__name__}_factory"
     factory.__qualname__ = factory.__name__
-    factory.__doc__ = f"Registered factory of :func:`creditaudit.stats.{function.__name__}` with its options fixed."
+    factory.__doc__ = f"Registered factory of :func:`{function.__module__}.{function.__name__}` with its options fixed."
+    factory.statistic = function
     return factory
+
+
+def _same_statistic(factory: Callable[..., Any], function: Callable[..., Any]) -> bool:
+    """Whether ``factory`` was made for ``function`` — or for the same function of a re-executed
+    module (``pytest --doctest-modules --import-mode=importlib`` imports a module file a second
+    time, creating new function objects with the same module and qualified name)."""
+    known = getattr(factory, "statistic", None)
+    return known is not None and (known.__module__, known.__qualname__) == (function.__module__, function.__qualname__)
+
+
+def register_statistic(function: Callable[..., Any]) -> Callable[..., Any]:
+    """Register ``function`` as a statistic (kind ``"statistic"``, version 1) under its own name.
+
+    For statistics defined outside :mod:`creditaudit.stats` — the audit's
+    :func:`~creditaudit.audit.precision_at_pivotal_lift` registers itself when
+    :mod:`creditaudit.audit.metrics` is imported. Returns ``function`` unchanged.
+    """
+    stats = registry(_KIND)
+    if function.__name__ in stats.names() and _same_statistic(stats._entry(function.__name__).factory, function):
+        return function  # already registered (a second execution of the defining module)
+    stats.register(function.__name__, version=1)(_factory(function))
+    return function
 
 
 _FUNCTIONS = (
@@ -100,12 +123,11 @@ _FUNCTIONS = (
     matrices.partition_test,
     matrices.mantel,
     matrices.partial_mantel,
-    replay_helpers.resolution_bound,
-    replay_helpers.precision_at_pivotal_lift,
+    proportions.resolution_bound,
 )
 
 for _function in _FUNCTIONS:
-    registry(_KIND).register(_function.__name__, version=1)(_factory(_function))
+    register_statistic(_function)
 
 #: Registered statistics, by name (the function's name).
 REGISTERED: tuple[str, ...] = tuple(f.__name__ for f in _FUNCTIONS)

@@ -1,4 +1,4 @@
-"""TOST, superiority and MDE against statsmodels, pingouin, scipy and simulation."""
+"""TOST, superiority and MDE against R (pinned), statsmodels, pingouin, scipy and simulation."""
 
 import numpy as np
 import pingouin as pg
@@ -208,3 +208,97 @@ def test_mde_refuses_a_design_whose_power_cannot_be_evaluated():
 
     with pytest.raises(ValueError, match="MDE is undefined"):
         mde(2, sd=0.5, low=-0.03, high=0.03)
+
+
+# --- independent references: R (tests/stats/reference/equivalence.R) ----------------------------
+# The code computes TOST and the t-tests with statsmodels, so the tests above that compare with
+# statsmodels only check the wrapping; these pin R's numbers (equivalence::tost, t.test,
+# pwr::pwr.t.test, as recorded in statsmodels' test suite), so a library upgrade that moves a
+# number fails here.
+CLINIC_VAR1 = np.array([2.84, 2.51, 2.41, 2.95, 3.14, 3.79, 4.14, 3.85, 3.02, 3.45, 5.37, 3.81, 4.19, 3.16, 3.84,
+                        2.60, 2.82, 2.18, 3.46, 4.01, 3.04, 3.47, 4.06, 2.91, 3.59, 4.51, 3.16, 3.86, 3.31, 3.02])
+CLINIC_VAR2 = np.array([4.00, 3.26, 4.14, 3.42, 3.25, 4.34, 4.97, 4.31, 3.11, 3.41, 5.02, 4.21, 4.59, 5.30, 4.32,
+                        3.76, 3.66, 3.65, 3.60, 3.48, 2.87, 3.24, 3.92, 3.99, 4.21, 4.21, 3.31, 3.61, 2.97, 2.73])
+
+# (mean_diff, se_diff, df, ci_diff at 1 - 2 alpha, p_value) of R equivalence::tost, eps = 0.6
+R_TOST = {
+    ("paired", "var1"): (0.1646666666666667, 0.1357514067862445, 14,
+                         (-0.0744336620516462, 0.4037669953849797), 0.003166881489265175),
+    ("paired", "var2"): (0.5626666666666665, 0.2478276410785118, 14,
+                         (0.1261653305099018, 0.999168002823431), 0.4412034046017588),
+    ("unequal", "var1"): (0.1646666666666667, 0.2531625991083627, 26.7484787582315,
+                          (-0.2666862980722534, 0.596019631405587), 0.04853083976236974),
+    ("unequal", "var2"): (0.562666666666666, 0.2149871904637392, 24.11000151062728,
+                          (0.194916250699966, 0.930417082633366), 0.4317936812594803),
+    ("pooled", "var1"): (0.1646666666666667, 0.2531625991083628, 28,
+                         (-0.2659960620757337, 0.595329395409067), 0.04827315100761467),
+    ("pooled", "var2"): (0.562666666666666, 0.2149871904637392, 28,
+                         (0.1969453064978777, 0.928388026835454), 0.43169347692374),
+}
+
+
+@pytest.mark.parametrize(("design", "var"), sorted(R_TOST))
+def test_tost_reproduces_r_equivalence_tost(design, var):
+    data = {"var1": CLINIC_VAR1, "var2": CLINIC_VAR2}[var]
+    x, y = data[:15], data[15:]
+    if design == "paired":
+        res = tost_paired(x, y, low=-0.6, high=0.6)
+    else:
+        res = tost_ind(x, y, low=-0.6, high=0.6, usevar=design)
+    mean, se, df, ci, p = R_TOST[(design, var)]
+    assert res.estimate == pytest.approx(mean, rel=1e-12)
+    assert res.se == pytest.approx(se, rel=1e-12)
+    assert res.df == pytest.approx(df, rel=1e-12)
+    assert res.ci == pytest.approx(ci, rel=1e-12)
+    assert res.pvalue == pytest.approx(p, rel=1e-10)
+    assert res.equivalent == (p <= 0.05)  # R's result: "rejected" (non-equivalence) for var1 only
+
+
+def test_difference_and_superiority_tests_reproduce_r_t_test():
+    x, y = CLINIC_VAR1[:15], CLINIC_VAR1[15:]
+    # t.test(x, y, paired = TRUE): t = 1.213001548676048, df = 14, p = 0.245199929713149
+    paired = tost_paired(x, y, low=-0.6, high=0.6)
+    assert paired.difference_statistic == pytest.approx(1.213001548676048, rel=1e-12)
+    assert paired.difference_pvalue == pytest.approx(0.245199929713149, rel=1e-12)
+    assert paired.confidence_interval(0.95) == pytest.approx((-0.1264911434745851, 0.4558244768079186), rel=1e-12)
+    sup = superiority_paired(x, y)
+    assert (sup.statistic, sup.df) == pytest.approx((1.213001548676048, 14), rel=1e-12)
+    assert sup.pvalue == pytest.approx(0.245199929713149 / 2, rel=1e-12)  # t > 0: half the two-sided p
+    # t.test(x, y, alternative = "greater"), Welch: t = 0.650438363512706, df = 26.7484787582315
+    welch = superiority_ind(x, y, usevar="unequal")
+    assert (welch.statistic, welch.df) == pytest.approx((0.650438363512706, 26.7484787582315), rel=1e-12)
+    assert welch.pvalue == pytest.approx(0.2604786501355416, rel=1e-12)
+    assert welch.ci[0] == pytest.approx(-0.2666862980722534, rel=1e-12)
+    assert tost_ind(x, y, low=-0.6, high=0.6, usevar="unequal").difference_pvalue == pytest.approx(
+        2 * 0.2604786501355416, rel=1e-12
+    )
+    # t.test(x, y, mu = 1) (Welch) and with var.equal = TRUE: t = -3.2996, two-sided p as below
+    for usevar, t, p_two in (("unequal", -3.299592184135306, 0.00274486985114321),
+                             ("pooled", -3.299592184135305, 0.002643203760742494)):
+        res = superiority_ind(x, y, margin=1.0, usevar=usevar)
+        assert res.statistic == pytest.approx(t, rel=1e-12)
+        assert res.pvalue == pytest.approx(1 - p_two / 2, rel=1e-12)  # 'greater' side, t < 0
+        assert res.superior is False
+    # the 95% interval of that pooled t.test (it does not depend on mu)
+    pooled = tost_ind(x, y, low=-0.6, high=0.6, usevar="pooled")
+    assert pooled.confidence_interval(0.95) == pytest.approx((-0.35391340938235, 0.6832467427156834), rel=1e-12)
+
+
+# R pwr: the power of a t design at effect size d; the MDE at that power must be d again.
+R_PWR = [
+    # (n, n2, design, alternative, d, power)
+    (20, None, "paired", "two-sided", 0.2, 0.1359562887679666),
+    (20, None, "paired", "greater", 0.05, 0.0764888785042198),
+    (20, None, "paired", "less", 0.2, 0.21707518167191),  # pwr: d = -0.2, 'less'
+    (30, None, "independent", "two-sided", 1.0, 0.967708258242517),
+    (20, None, "independent", "two-sided", 0.1, 0.06095912465411235),
+    (30, None, "independent", "greater", 1.0, 0.985459690251624),
+    (20, 30, "independent", "two-sided", 0.1, 0.0633081832564667),
+    (20, 30, "independent", "greater", 0.1, 0.09623589080917805),
+]
+
+
+@pytest.mark.parametrize(("n", "n2", "design", "alternative", "d", "power"), R_PWR)
+def test_mde_inverts_r_pwr(n, n2, design, alternative, d, power):
+    res = mde(n, sd=0.5, power=power, alternative=alternative, design=design, n2=n2)
+    assert res.mde == pytest.approx(0.5 * d, rel=1e-8)

@@ -230,3 +230,52 @@ def test_bad_options():
         partition_test(X7, [0, 1])
     with pytest.raises(ValueError, match="`distances` must be symmetric"):
         partition_test(X7 + np.triu(np.ones((7, 7)), 1), [0, 0, 0, 1, 1, 1, 1])
+
+
+# --- plain Mantel: statistic from scikit-bio, permutations from the shared engine ---------------
+
+
+@pytest.mark.parametrize("method", ["pearson", "spearman"])
+@pytest.mark.parametrize("alternative", ["two-sided", "greater", "less"])
+def test_mantel_draws_scikit_bios_permutations(method, alternative):
+    # given the same generator both draw Generator.permutation(n) per permutation, so on untied
+    # data the p-values are equal, not just close
+    gen = np.random.default_rng(6)
+    pts = gen.normal(size=(14, 2))
+    x = _euclid(pts[:, 0], pts[:, 1])
+    y = _euclid(pts[:, 0] + gen.normal(scale=1.5, size=14))
+    r_ref, p_ref, _ = skbio_mantel(x, y, method=method, permutations=999, alternative=alternative,
+                                   seed=np.random.default_rng(21))
+    res = mantel(x, y, method=method, permutations=999, alternative=alternative, rng=np.random.default_rng(21))
+    assert res.statistic == pytest.approx(r_ref, abs=1e-15)
+    assert res.pvalue == p_ref
+
+
+def test_mantel_counts_ties_as_vegan_does_on_a_design_matrix():
+    # a binary design matrix (1 = different arm) against distances, Spearman: many permutations
+    # give a statistic equal to the observed one up to float error. The p-value must count them
+    # (vegan: within sqrt(eps)); recomputed here permutation by permutation with scipy.
+    from scipy.stats import spearmanr
+
+    arm = np.array([1, 1, 2, 2, 3, 3, 3, 4, 4])
+    design = (arm[:, None] != arm[None, :]).astype(float)
+    pts = np.random.default_rng(0).normal(size=(9, 2))
+    dist = _euclid(pts[:, 0], pts[:, 1])
+    iu = np.triu_indices(9, 1)
+    observed = spearmanr(design[iu], dist[iu]).statistic
+    gen = np.random.default_rng(3)
+    null = np.array([spearmanr(design[np.ix_(p, p)][iu], dist[iu]).statistic
+                     for p in (gen.permutation(9) for _ in range(2000))])
+    res = mantel(design, dist, method="spearman", permutations=2000, alternative="less", rng=np.random.default_rng(3))
+    np.testing.assert_allclose(res.null_distribution, null, atol=1e-12)
+    tied = np.abs(null - observed) < 1e-9
+    assert tied.sum() > 10  # the case this test is about (28 of 2000 here)
+    assert res.pvalue == (np.sum(null <= observed + 1e-9) + 1) / 2001
+
+
+def test_mantel_leaves_the_global_rng_alone():
+    state = np.random.get_state()
+    mantel(X7, Y7, permutations=99, rng=1)
+    partial_mantel(X7, Y7, Z7, permutations=99, rng=1)
+    after = np.random.get_state()
+    assert state[0] == after[0] and (state[1] == after[1]).all() and state[2:] == after[2:]

@@ -106,3 +106,42 @@ def test_to_frame_and_level():
 def test_bad_input(args, kwargs, match):
     with pytest.raises(ValueError, match=match):
         median_spearman(*args, **kwargs)
+
+
+# --- more references for the per-group values -------------------------------------------------
+# a published worked example, and average ranks computed without scipy (the code ranks with
+# scipy.stats.rankdata)
+
+
+def test_group_spearman_reproduces_a_published_worked_example():
+    # Wikipedia, "Spearman's rank correlation coefficient", Example: IQ against hours of TV per
+    # week for ten people; sum d^2 = 194, rho = 1 - 6 * 194 / (10 (10^2 - 1)) = -29/165 = -0.175757...
+    iq = [106, 100, 86, 101, 99, 103, 97, 113, 112, 110]
+    tv = [7, 27, 2, 50, 28, 29, 20, 12, 6, 17]
+    res = group_spearman(iq, tv, ["person"] * 10)
+    assert res.rho.tolist() == pytest.approx([-29 / 165], abs=1e-15)
+
+
+def _average_ranks(v):
+    v = np.asarray(v, dtype=float)
+    ranks = np.empty(v.size)
+    order = np.argsort(v, kind="stable")
+    sorted_v = v[order]
+    i = 0
+    while i < v.size:  # ties get the mean of the 1-based positions they span
+        j = i
+        while j + 1 < v.size and sorted_v[j + 1] == sorted_v[i]:
+            j += 1
+        ranks[order[i : j + 1]] = (i + j) / 2 + 1
+        i = j + 1
+    return ranks
+
+
+def test_group_spearman_equals_pearson_of_average_ranks_computed_by_hand():
+    credit, truth, groups = _data(seed=3)
+    res = group_spearman(credit, truth, groups)
+    for label, rho in zip(res.groups, res.rho):
+        m = groups == label
+        rx, ry = _average_ranks(credit[m]), _average_ranks(truth[m])
+        rx, ry = rx - rx.mean(), ry - ry.mean()
+        assert rho == pytest.approx(rx @ ry / np.sqrt((rx @ rx) * (ry @ ry)), abs=1e-14)

@@ -1,4 +1,4 @@
-"""Resolution bound and precision-at-pivotal lift."""
+"""Precision-at-pivotal lift (moved with the metric from ``creditaudit.stats``)."""
 
 import itertools
 import math
@@ -7,31 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from creditaudit.stats import precision_at_pivotal_lift, resolution_bound
-
-
-def test_resolution_bound_spec_value_and_definition():
-    assert round(resolution_bound(3), 3) == 0.632  # SPEC §3
-    # definition: the largest rate q with (1 - q)**n >= alpha
-    for n in (1, 3, 8, 20):
-        q = resolution_bound(n, alpha=0.05)
-        assert (1 - q) ** n == pytest.approx(0.05, rel=1e-12)
-        # the exact one-sided Clopper-Pearson upper bound for 0 successes out of n
-        assert q == pytest.approx(stats.beta.ppf(0.95, 1, n), rel=1e-10)
-    np.testing.assert_allclose(resolution_bound([1, 2, 3], alpha=0.1), 1 - 0.1 ** (1 / np.array([1, 2, 3])))
-
-
-@pytest.mark.parametrize(
-    ("n", "kwargs", "match"),
-    [
-        (0, {}, "`n` must be a positive integer"),
-        (2.5, {}, "`n` must be a positive integer"),
-        (3, {"alpha": 1.0}, r"`alpha` must be a number in the open interval \(0, 1\)"),
-    ],
-)
-def test_resolution_bound_bad_input(n, kwargs, match):
-    with pytest.raises(ValueError, match=match):
-        resolution_bound(n, **kwargs)
+from creditaudit.audit import precision_at_pivotal_lift
 
 
 def _expected_precision_by_enumeration(credit, pivotal, k):
@@ -142,3 +118,33 @@ def test_lift_bad_data():
         precision_at_pivotal_lift([1.0, 2.0], [0.5, 1.0], [0, 0], top_fraction=0.5)
     with pytest.raises(ValueError, match="`pivotal` has no pivotal item"):
         precision_at_pivotal_lift([1.0, 2.0], [False, False], [0, 0], top_fraction=0.5)
+
+
+def test_the_lift_is_registered_as_a_statistic_and_exported_by_the_audit():
+    import inspect
+
+    import creditaudit.audit as ca
+    import creditaudit.stats as cs
+    from creditaudit.registry import registry
+
+    assert "precision_at_pivotal_lift" in ca.__all__ and "LiftResult" in ca.__all__
+    assert not hasattr(cs, "precision_at_pivotal_lift")  # the audit's metric, not a stats export
+    spec = registry("statistic").spec("precision_at_pivotal_lift", top_fraction=0.25, n_resamples=50)
+    assert spec.args == {"top_fraction": 0.25, "n_resamples": 50, "confidence_level": 0.95, "batch": None}
+    configured = registry("statistic").create(spec)
+    assert configured.function is precision_at_pivotal_lift and configured.is_random
+    credit = [0.9, 0.1, 0.2, 0.3, 0.8, 0.1, 0.0, 0.2]
+    pivotal = [True, False, False, False, True, False, False, False]
+    res = configured(credit, pivotal, [0, 0, 0, 0, 1, 1, 1, 1], rng=np.random.default_rng(3))
+    ref = precision_at_pivotal_lift(credit, pivotal, [0, 0, 0, 0, 1, 1, 1, 1], top_fraction=0.25, n_resamples=50,
+                                    rng=np.random.default_rng(3))
+    np.testing.assert_array_equal(res.distribution, ref.distribution)
+    # house style: options keyword-only, numpydoc sections, an rng for a random function
+    for param in inspect.signature(precision_at_pivotal_lift).parameters.values():
+        if param.default is not inspect.Parameter.empty:
+            assert param.kind is inspect.Parameter.KEYWORD_ONLY
+    doc = inspect.getdoc(precision_at_pivotal_lift)
+    for section in ("Parameters", "Returns", "Notes", "References", "Examples"):
+        assert f"\n{section}\n" in doc
+    assert res.confidence_interval() == res.ci
+    assert res.confidence_interval(0.5)[0] >= res.ci[0]

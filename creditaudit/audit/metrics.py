@@ -1,4 +1,15 @@
-"""Statistics tied to executed replay: the resolution bound and the precision-at-pivotal lift."""
+"""The audit's own metric: precision-at-pivotal lift (SPEC §5).
+
+Hand-written because no library offers it: the share of pivotal turns among each trajectory's
+top-credited turns — ties across the cut-off sharing the remaining slots, the expectation under
+uniform random tie-breaking — over the share chance would give the same slots, with a percentile
+bootstrap over trajectories (:func:`creditaudit.stats.cluster_bootstrap`). The tests check it by
+brute-force enumeration of tie orders, by hand-computed group sizes and against
+:func:`scipy.stats.bootstrap` on the same draws.
+
+Importing this module registers the metric as a factory of kind ``"statistic"``, next to the
+statistics of :mod:`creditaudit.stats.registered`.
+"""
 
 from __future__ import annotations
 
@@ -15,60 +26,11 @@ from creditaudit.stats._common import (
     check_open_unit,
     check_positive_int,
     percentile_interval,
-    readonly,
 )
 from creditaudit.stats.bootstrap import cluster_bootstrap
+from creditaudit.stats.registered import register_statistic
 
-__all__ = ["LiftResult", "resolution_bound", "precision_at_pivotal_lift"]
-
-
-def _resolution_bound_iv(n, alpha):
-    a = np.asarray(n)
-    if a.dtype.kind not in "iu" or (a < 1).any():
-        raise ValueError(f"`n` must be a positive integer (or array of them); got {n!r}")
-    return a, check_open_unit("alpha", alpha)
-
-
-def resolution_bound(n, *, alpha: float = 0.05):
-    """One-sided bound on the outcome rate ``n`` identical replay outcomes cannot exclude.
-
-    Parameters
-    ----------
-    n : int or array_like of int
-        Replay outcomes in the arm (all equal), at least 1.
-    alpha : float, default 0.05
-
-    Returns
-    -------
-    float or numpy.ndarray
-        :math:`1 - \\alpha^{1/n}` — a plain number (or array, for per-turn use), since this is a
-        closed-form bound, not a test with evidence to carry.
-
-    Notes
-    -----
-    If an arm's :math:`n` Bernoulli outcomes are all 0, every rate :math:`q` with
-    :math:`(1-q)^n < \\alpha` is excluded at level :math:`\\alpha`; the largest rate not
-    excluded is :math:`1 - \\alpha^{1/n}` (the exact Clopper-Pearson one-sided bound). A replay
-    zero is a statement at this resolution, never "no effect" (SPEC §3).
-
-    References
-    ----------
-    .. [1] Clopper, C. J. & Pearson, E. S. (1934). The use of confidence or fiducial limits
-       illustrated in the case of the binomial. *Biometrika* 26(4), 404-413.
-    .. [2] Hanley, J. A. & Lippman-Hand, A. (1983). If nothing goes wrong, is everything all
-       right? *JAMA* 249(13), 1743-1745.
-
-    Examples
-    --------
-    >>> from creditaudit.stats import resolution_bound
-    >>> round(resolution_bound(3), 3)
-    0.632
-    >>> [round(float(b), 3) for b in resolution_bound([1, 3, 8])]
-    [0.95, 0.632, 0.312]
-    """
-    a, alpha = _resolution_bound_iv(n, alpha)
-    value = 1.0 - alpha ** (1.0 / a.astype(float))
-    return float(value) if value.ndim == 0 else readonly(value)
+__all__ = ["LiftResult", "precision_at_pivotal_lift"]
 
 
 @dataclass(frozen=True)
@@ -112,11 +74,8 @@ class LiftResult(Result):
     method: str
     distribution: np.ndarray
 
-    def confidence_interval(self, level: float | None = None) -> tuple[float, float]:
-        """Percentile interval at ``level`` (default: the level computed at)."""
-        if level is None:
-            return self.ci
-        return percentile_interval(self.distribution, check_open_unit("level", level))
+    def _interval(self, level: float) -> tuple[float, float]:
+        return percentile_interval(self.distribution, level)
 
 
 def _lift_iv(credit, pivotal, groups, top_fraction, n_resamples, confidence_level, batch):
@@ -218,7 +177,7 @@ def precision_at_pivotal_lift(
 
     Examples
     --------
-    >>> from creditaudit.stats import precision_at_pivotal_lift
+    >>> from creditaudit.audit import precision_at_pivotal_lift
     >>> credit = [0.9, 0.1, 0.2, 0.3, 0.8, 0.1, 0.0, 0.2]
     >>> pivotal = [True, False, False, False, True, False, False, False]
     >>> res = precision_at_pivotal_lift(credit, pivotal, [0, 0, 0, 0, 1, 1, 1, 1],
@@ -264,3 +223,6 @@ def precision_at_pivotal_lift(
         method="precision at top-k per group over chance; percentile bootstrap over groups",
         distribution=boot.distribution,
     )
+
+
+register_statistic(precision_at_pivotal_lift)
