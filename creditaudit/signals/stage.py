@@ -107,7 +107,7 @@ def _json_safe(value: Any) -> Any:
 def _judge_model_files_in_run(frozen: FrozenProtocol) -> list[Path]:
     """Files of local judge models (other than the policy) that lie in the run directory: they are
     stage inputs (a judge model outside the run directory is identified by its hash in the judge id)."""
-    from creditaudit.replay.policy import policy_file_hashes
+    from creditaudit.replay.policies import policy_file_hashes
 
     out: list[Path] = []
     for spec in frozen.protocol.signals:
@@ -152,7 +152,7 @@ def run_signals(
         No trajectories, trajectories of another protocol, or a family this version does not
         implement.
     """
-    from creditaudit.replay.collect import TRAJECTORIES, _policy_files_in_run, load_run_policy, read_trajectories
+    from creditaudit.replay.collect import TRAJECTORIES, load_run_policy, policy_files_in_run, read_trajectories
     from creditaudit.replay.compute import stored_numerics
     from creditaudit.replay.stage import SUMMARY as REPLAY_SUMMARY
     from creditaudit.replay.stage import TURNS as REPLAY_TURNS
@@ -181,7 +181,7 @@ def run_signals(
 
         inputs += [p for p in replay_inputs(run_dir, protocol) if p not in inputs]
     if needs_policy:
-        inputs += _policy_files_in_run(frozen)
+        inputs += policy_files_in_run(frozen)
     inputs += _judge_model_files_in_run(frozen)
 
     context = SignalContext(
