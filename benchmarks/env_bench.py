@@ -31,8 +31,7 @@ def _median_ms(samples: list[float]) -> float:
 
 
 def bench_alfworld(games_per_type: int, steps: int, repeats: int, seed: int) -> dict:
-    from creditaudit.replay.alfworld_env import AlfworldEnv
-    from creditaudit.replay.alfworld_games import TASK_TYPES, generate_games
+    from creditaudit.replay.envs.alfworld import TASK_TYPES, AlfworldEnv, generate_games
 
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -97,7 +96,7 @@ def bench_alfworld(games_per_type: int, steps: int, repeats: int, seed: int) -> 
 
 
 def bench_planted(steps: int, seed: int) -> dict:
-    from creditaudit.replay.planted import PlantedEnv
+    from creditaudit.replay.envs.planted import PlantedEnv
 
     env = PlantedEnv()
     tasks = env.make_tasks(50, rng=np.random.default_rng(seed))

@@ -51,16 +51,17 @@ def _held_out(evaluation: dict) -> dict:
 
 def _evaluate_again(policy_dir: Path, games_dir: Path, result: dict, decoding: str, args) -> dict:
     """The built policy measured again on the same held-out games under another decoding."""
-    from creditaudit.replay.alfworld_env import AlfworldEnv
-    from creditaudit.replay.default_policy import BUILD_THREADS, _Deterministic, evaluate_policy, generate_build_games
-    from creditaudit.replay.policy import load_policy
+    from creditaudit.replay.envs.alfworld import AlfworldEnv
+    from creditaudit.replay.policies import load_policy
+    from creditaudit.replay.policies.default import BUILD_THREADS, evaluate_policy, generate_build_games
+    from creditaudit.replay.policies.default.build import Deterministic
 
     # The generator resumes: the same seed finds the held-out games already written.
     held_out = generate_build_games(games_dir, args.held_out, seed=result["build"]["seed"], purpose="held-out-games")
     assert [g.task.task_id for g in held_out] == result["evaluation"]["games"]
     policy = load_policy(policy_dir, device="cpu", history_length=result["history_length"], decoding=decoding)
     t0 = time.perf_counter()
-    with _Deterministic(BUILD_THREADS):
+    with Deterministic(BUILD_THREADS):
         evaluation = evaluate_policy(policy, held_out, env_factory=lambda: AlfworldEnv(horizon=args.horizon),
                                      seed=result["build"]["seed"], temperature=args.temperature,
                                      rollouts_per_task=args.rollouts)
@@ -71,7 +72,7 @@ def _one_build(build, args, decodings: list[str]) -> dict:
     """Build the recipe once (one seed) and measure it; the per-build part of the report."""
     import torch
 
-    from creditaudit.replay.default_policy import build_default_policy
+    from creditaudit.replay.policies.default import build_default_policy
 
     with tempfile.TemporaryDirectory(prefix="policy-bench-") as tmp:
         # One folder per seed: the generator refuses another seed's games in its folder.

@@ -38,24 +38,16 @@ ROOT = Path(__file__).resolve().parent
 
 
 def _pool_init(protocol_path: str) -> None:
-    from creditaudit.replay.stage import _worker_init
+    from creditaudit.replay.executors import worker_init
 
-    _worker_init(protocol_path)
+    worker_init(protocol_path)
 
 
 def _pool_run(frame):
     """One work unit as the replay stage's workers run it, without writing its shards."""
-    from creditaudit.replay.compute import stored_numerics
-    from creditaudit.replay.replay import replay_trajectory
-    from creditaudit.replay.stage import _WORKER
-    from creditaudit.replay.tasks import task_for
+    from creditaudit.replay.executors import replay_unit
 
-    frozen = _WORKER["frozen"]
-    entry = _WORKER["tasks"][str(frame["task_id"].iloc[0])]
-    with stored_numerics():
-        result = replay_trajectory(_WORKER["env"], _WORKER["policy"], task=task_for(entry, frozen.protocol, frozen.run_dir),
-                                   trajectory=frame, protocol_id=frozen.id, settings=_WORKER["settings"])
-    return result.rollouts.num_rows
+    return replay_unit(frame).rollouts.num_rows
 
 
 def main() -> None:
@@ -74,12 +66,11 @@ def main() -> None:
 
     from creditaudit.protocol.lock import require_frozen
     from creditaudit.protocol.seeds import SeedStreams
-    from creditaudit.replay.alfworld_env import AlfworldEnv, textworld_shortcuts
     from creditaudit.replay.collect import load_run_policy, read_trajectories
     from creditaudit.replay.compute import stored_numerics
-    from creditaudit.replay.policy import Turn
-    from creditaudit.replay.replay import ReplaySettings, replay_trajectory
-    from creditaudit.replay.rollout import candidate_kwargs
+    from creditaudit.replay.engine import ReplaySettings, replay_trajectory
+    from creditaudit.replay.envs.alfworld import AlfworldEnv, textworld_shortcuts
+    from creditaudit.replay.policies import Turn, candidate_kwargs
     from creditaudit.replay.tasks import make_environment, read_tasks, task_for
 
     frozen = require_frozen(args.run / "protocol.yaml")

@@ -78,7 +78,7 @@ def demo_protocol_text(overrides: dict[str, Any] | None = None) -> str:
 def _copy_built_policy(source: Path, target: Path, build: Any) -> None:
     """Copy a built default policy into the run, refusing one built from another recipe."""
     from creditaudit.errors import InputError
-    from creditaudit.replay.default_policy import BUILD_RECORD
+    from creditaudit.replay.policies.default import BUILD_RECORD
 
     record_path = source / BUILD_RECORD
     if not record_path.is_file():
@@ -129,7 +129,7 @@ def run_demo(run: Path, *, quiet: bool = False, overrides: dict[str, Any] | None
     from creditaudit.protocol.lock import freeze, lock_path_for, policy_dir, verify
     from creditaudit.protocol.signing import PRIVATE_KEY_NAME, generate_keypair, load_signer
     from creditaudit.replay.collect import collect
-    from creditaudit.replay.default_policy import BUILD_RECORD, build_default_policy
+    from creditaudit.replay.policies.default import BUILD_RECORD, build_default_policy
     from creditaudit.replay.stage import SUMMARY, run_replay
     from creditaudit.replay.tasks import prepare_tasks
     from creditaudit.audit.stage import run_audit

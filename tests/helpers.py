@@ -20,7 +20,7 @@ def train_planted_policy(directory: Path, *, hidden_size: int = 32, num_layers: 
     """
     import numpy as np
 
-    from creditaudit.replay.default_policy import (
+    from creditaudit.replay.policies.default import (
         SPECIAL_TOKENS,
         BCExample,
         build_model,
@@ -28,8 +28,8 @@ def train_planted_policy(directory: Path, *, hidden_size: int = 32, num_layers: 
         train_behaviour_cloning,
         words_from_texts,
     )
-    from creditaudit.replay.planted import PlantedEnv
-    from creditaudit.replay.policy import PromptBuilder, Turn
+    from creditaudit.replay.envs.planted import PlantedEnv
+    from creditaudit.replay.policies import PromptBuilder, Turn
 
     rng = np.random.default_rng(7)
     env = PlantedEnv(n_steps=4, horizon=8)
@@ -48,7 +48,7 @@ def train_planted_policy(directory: Path, *, hidden_size: int = 32, num_layers: 
             texts += [text, *admissible]
             if result.done:
                 break
-    from creditaudit.replay.policy import format_hindsight
+    from creditaudit.replay.policies import format_hindsight
     from creditaudit.signals import judge as judge_module
 
     # the judge's prompt words and its choices "1", "0", "-1", so the same policy can judge

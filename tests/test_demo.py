@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow
 def tiny_alfworld_policy(tmp_path_factory):
     """A tiny default-recipe policy built on six generated games (the demo's own build is minutes)."""
     pytest.importorskip("textworld")
-    from creditaudit.replay.default_policy import build_default_policy
+    from creditaudit.replay.policies.default import build_default_policy
 
     out = tmp_path_factory.mktemp("tiny-policy")
     build = {"seed": 5, "hidden_size": 16, "num_layers": 1, "num_heads": 2, "train_games": 6, "passes": 1,

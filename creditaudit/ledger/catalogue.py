@@ -72,19 +72,19 @@ class ArtifactSpec:
 
 
 def _collect_schema() -> pa.Schema:
-    from creditaudit.replay.collect import TURN_SCHEMA
+    from creditaudit.replay.records import TURN_SCHEMA
 
     return TURN_SCHEMA
 
 
 def _replay_turns_schema() -> pa.Schema:
-    from creditaudit.replay.replay import TURN_TABLE_SCHEMA
+    from creditaudit.replay.engine import TURN_TABLE_SCHEMA
 
     return TURN_TABLE_SCHEMA
 
 
 def _replay_rollouts_schema() -> pa.Schema:
-    from creditaudit.replay.replay import ROLLOUT_TABLE_SCHEMA
+    from creditaudit.replay.engine import ROLLOUT_TABLE_SCHEMA
 
     return ROLLOUT_TABLE_SCHEMA
 

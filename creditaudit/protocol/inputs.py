@@ -15,12 +15,12 @@ from typing import Any
 from creditaudit.errors import InputError
 from creditaudit.protocol.canonical import canonical_hash, sha256_file
 
-__all__ = ["policy_pins", "chat_template_sha256"]
+__all__ = ["TOKENIZER_NAMES", "policy_pins", "chat_template_sha256", "require_dir"]
 
 
-# Tokenizer files as ``save_pretrained`` writes them (fast and slow tokenizers, sentencepiece,
-# BPE vocab/merges, chat templates saved beside the tokenizer).
-_TOKENIZER_NAMES = frozenset(
+#: Tokenizer files as ``save_pretrained`` writes them (fast and slow tokenizers, sentencepiece,
+#: BPE vocab/merges, chat templates saved beside the tokenizer).
+TOKENIZER_NAMES = frozenset(
     {
         "tokenizer.json",
         "tokenizer_config.json",
@@ -42,14 +42,15 @@ _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".msgpack", 
 
 def _classify(relative: str) -> str | None:
     name = relative.rsplit("/", 1)[-1]
-    if name in _TOKENIZER_NAMES or relative.startswith("additional_chat_templates/"):
+    if name in TOKENIZER_NAMES or relative.startswith("additional_chat_templates/"):
         return "tokenizer"
     if name in _MODEL_NAMES or name.endswith(_WEIGHT_SUFFIXES) or name.endswith(".index.json"):
         return "model"
     return None
 
 
-def _require_dir(path: str | Path, what: str = "policy") -> Path:
+def require_dir(path: str | Path, what: str = "policy") -> Path:
+    """``path`` as a ``Path`` when it is an existing directory; else an ``InputError`` saying what to do."""
     p = Path(path)
     if not p.exists():
         raise InputError(
@@ -124,7 +125,7 @@ def policy_pins(path: str | Path) -> dict[str, Any]:
         When the path does not exist, is not a directory, or holds no ``config.json``, no
         weights or no tokenizer file.
     """
-    root = _require_dir(path)
+    root = require_dir(path)
     model: dict[str, str] = {}
     tokenizer: dict[str, str] = {}
     for f in sorted(root.rglob("*")):

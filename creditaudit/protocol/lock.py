@@ -41,6 +41,7 @@ __all__ = [
     "lock_path_for",
     "registry_path_for",
     "policy_dir",
+    "input_problems",
     "freeze",
     "amend",
     "verify",
@@ -231,7 +232,7 @@ def _append_registry(path: Path, *, kind: str, lock: Lock, lock_sha256: str) -> 
     return entry
 
 
-def _check_inputs(protocol: Protocol, protocol_path: Path) -> list[str]:
+def input_problems(protocol: Protocol, protocol_path: Path) -> list[str]:
     """Problems with the pinned policy files (empty when they match)."""
     pinned = protocol.policy
     if not pinned.model_files:
@@ -323,7 +324,7 @@ def freeze(
     if _parent is None and protocol.amends is not None:
         raise InputError(f"{protocol_path}: field `amends` is set: freeze an amendment with `protocol amend`")
     if check_inputs:
-        problems = _check_inputs(protocol, protocol_path)
+        problems = input_problems(protocol, protocol_path)
         if problems:
             raise InputError(f"{protocol_path}: pinned inputs do not match:\n  " + "\n  ".join(problems))
     check_plugins(protocol, protocol_path)
@@ -509,7 +510,7 @@ def verify(
     if check_inputs:
         directory = policy_dir(current, protocol_path)
         if directory.is_dir():
-            report.failures += _check_inputs(current, protocol_path)
+            report.failures += input_problems(current, protocol_path)
         else:
             report.notes.append(f"policy directory {current.policy.path!r} not present here: its pins were not re-hashed")
     return report

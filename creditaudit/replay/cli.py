@@ -10,7 +10,7 @@ import typer
 from creditaudit.errors import InputError
 from creditaudit.progress import progress_bars
 
-__all__ = ["policy_app", "games_command", "collect_command", "replay_command"]
+__all__ = ["policy_app", "games_command", "collect_command", "replay_command", "protocol_in"]
 
 policy_app = typer.Typer(
     help="The policy under audit: build the embedded default, hash a model directory.",
@@ -21,7 +21,8 @@ policy_app = typer.Typer(
 _RUN_HELP = "Run directory holding protocol.yaml (frozen), its lock and keys/."
 
 
-def _protocol_in(run: Path) -> Path:
+def protocol_in(run: Path) -> Path:
+    """``<run>/protocol.yaml``, or an ``InputError`` saying how to write one."""
     path = run / "protocol.yaml"
     if not path.is_file():
         raise InputError(f"{path}: no protocol in the run directory; `creditaudit protocol init {path}` writes one")
@@ -47,7 +48,7 @@ def build_command(
     """Build the embedded default policy (tiny Qwen2, word-level tokenizer, behaviour cloning)."""
     from creditaudit.protocol.io import load_protocol
     from creditaudit.protocol.lock import policy_dir
-    from creditaudit.replay.default_policy import BUILD_RECORD, build_default_policy
+    from creditaudit.replay.policies.default.build import BUILD_RECORD, build_default_policy
 
     spec = load_protocol(protocol)
     if spec.policy.source != "builtin":
@@ -91,7 +92,7 @@ def games_command(
     from creditaudit.protocol.lock import require_frozen
     from creditaudit.replay.tasks import prepare_tasks
 
-    frozen = require_frozen(_protocol_in(run))
+    frozen = require_frozen(protocol_in(run))
     with progress_bars(enabled=not quiet) as update:
         entries = prepare_tasks(frozen, _signer(run), progress=lambda d, t: update("games", d, t))
     by_type: dict[str, int] = {}
@@ -108,7 +109,7 @@ def collect_command(
     from creditaudit.replay.collect import collect
 
     with progress_bars(enabled=not quiet) as update:
-        summary = collect(_protocol_in(run), _signer(run), progress=update)
+        summary = collect(protocol_in(run), _signer(run), progress=update)
     typer.echo(
         f"collected {summary.n_trajectories} trajectories ({summary.n_turns} turns) on {summary.n_tasks} tasks: "
         f"success {summary.success_rate:.3f}, admissible actions {summary.admissible_rate:.3f}"
@@ -126,7 +127,7 @@ def replay_command(
     from creditaudit.replay.stage import SUMMARY, run_replay
 
     with progress_bars(enabled=not quiet) as update:
-        summary = run_replay(_protocol_in(run), _signer(run), executor=executor, workers=workers or None,
+        summary = run_replay(protocol_in(run), _signer(run), executor=executor, workers=workers or None,
                              progress=update)
     mmap = json.loads((run / SUMMARY).read_text())["measurability"]
     typer.echo(

@@ -10,14 +10,14 @@ independent engine instances and must hash identically.
 Each task's rollouts are one Parquet shard written atomically (``collect/shards/``); an
 interrupted collection resumes at the first missing shard and produces the same bytes as an
 uninterrupted one. The shards are then concatenated into ``collect/trajectories.parquet`` (one
-row per turn, stamped with the protocol id).
+row per turn, stamped with the protocol id; its columns are described in
+:mod:`creditaudit.replay.records`).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import json
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,50 +34,20 @@ from creditaudit.protocol.lock import FrozenProtocol, policy_dir, require_frozen
 from creditaudit.protocol.seeds import SeedStreams
 from creditaudit.protocol.signing import Signer
 from creditaudit.replay.compute import stored_numerics
+from creditaudit.replay.records import TRAJECTORIES, TURN_SCHEMA
 from creditaudit.replay.tasks import TaskEntry, make_environment, prepare_tasks, task_for
 
 __all__ = [
     "COLLECT_DIR",
     "TRAJECTORIES",
-    "TURN_SCHEMA",
     "CollectSummary",
     "collect",
     "load_run_policy",
+    "policy_files_in_run",
     "read_trajectories",
 ]
 
 COLLECT_DIR = "collect"
-TRAJECTORIES = "collect/trajectories.parquet"
-
-TURN_SCHEMA = pa.schema(
-    [
-        pa.field("protocol_id", pa.string(), nullable=False),
-        pa.field("trajectory_id", pa.string(), nullable=False),
-        pa.field("task_index", pa.int32(), nullable=False),
-        pa.field("task_id", pa.string(), nullable=False),
-        pa.field("task_type", pa.string(), nullable=False),
-        pa.field("rollout", pa.int32(), nullable=False),
-        pa.field("turn", pa.int32(), nullable=False),
-        pa.field("goal", pa.string(), nullable=False),
-        pa.field("observation", pa.string(), nullable=False),
-        pa.field("admissible", pa.list_(pa.string()), nullable=False),
-        pa.field("state_signature", pa.string(), nullable=False),
-        pa.field("prompt_sha256", pa.string(), nullable=False),
-        pa.field("prompt_template_sha256", pa.string(), nullable=False),
-        pa.field("action", pa.string(), nullable=False),
-        pa.field("action_admissible", pa.bool_(), nullable=False),
-        pa.field("token_logprobs", pa.list_(pa.float64()), nullable=False),
-        pa.field("sum_logprob", pa.float64(), nullable=False),
-        pa.field("mean_logprob", pa.float64(), nullable=True),
-        pa.field("stop_reason", pa.string(), nullable=False),
-        pa.field("seed", pa.int64(), nullable=False),
-        pa.field("feedback", pa.string(), nullable=False),
-        pa.field("done", pa.bool_(), nullable=False),
-        pa.field("won", pa.bool_(), nullable=False),
-        pa.field("outcome", pa.int8(), nullable=False),
-        pa.field("n_turns", pa.int32(), nullable=False),
-    ]
-)
 
 
 @dataclass(frozen=True)
@@ -100,13 +70,13 @@ class CollectSummary:
 
 def load_run_policy(frozen: FrozenProtocol, **kwargs: Any):
     """Load the protocol's policy, refusing files whose hashes differ from the pinned ones."""
-    from creditaudit.protocol.lock import _check_inputs
-    from creditaudit.replay.policy import load_policy
+    from creditaudit.protocol.lock import input_problems
+    from creditaudit.replay.policies.hf import load_policy
 
     directory = policy_dir(frozen.protocol, frozen.path)
     if not directory.is_dir():
         raise InputError(f"policy directory {directory} not found: the protocol pins it; restore it or amend")
-    problems = _check_inputs(frozen.protocol, frozen.path)
+    problems = input_problems(frozen.protocol, frozen.path)
     if problems:
         raise CheckFailed(
             f"policy {directory}: its files differ from the hashes the protocol pins:\n  " + "\n  ".join(problems)
@@ -138,8 +108,6 @@ def _rows(frozen: FrozenProtocol, index: int, entry: TaskEntry, rollouts, templa
     for rollout in rollouts:
         g = rollout.key
         for record in rollout.turns:
-            logprobs = list(record.token_logprobs)
-            total = math.fsum(logprobs)
             values = {
                 "protocol_id": frozen.id,
                 "trajectory_id": f"{entry.task_id[:16]}-{g}",
@@ -155,10 +123,10 @@ def _rows(frozen: FrozenProtocol, index: int, entry: TaskEntry, rollouts, templa
                 "prompt_sha256": record.prompt_sha256,
                 "prompt_template_sha256": template_hash,
                 "action": record.action,
-                "action_admissible": record.action in record.admissible,
-                "token_logprobs": logprobs,
-                "sum_logprob": total,
-                "mean_logprob": total / len(logprobs) if logprobs else None,
+                "action_admissible": record.action_admissible,
+                "token_logprobs": list(record.token_logprobs),
+                "sum_logprob": record.sum_logprob,
+                "mean_logprob": record.mean_logprob,
                 "stop_reason": record.stop_reason,
                 "seed": record.seed,
                 "feedback": record.feedback,
@@ -309,7 +277,7 @@ def collect(
         resumed_shards=resumed,
     )
     lock_path = frozen.path.with_name(frozen.path.stem + ".lock.json")
-    policy_files = _policy_files_in_run(frozen)
+    policy_files = policy_files_in_run(frozen)
     with StageLink(
         run_dir, "collect", frozen.id, signer,
         command=["creditaudit", "collect"],
@@ -343,7 +311,9 @@ def _completed(frozen: FrozenProtocol) -> CollectSummary | None:
     return CollectSummary(**data, resumed_shards=frozen.protocol.collection.n_tasks)
 
 
-def _policy_files_in_run(frozen: FrozenProtocol) -> list[Path]:
+def policy_files_in_run(frozen: FrozenProtocol) -> list[Path]:
+    """The pinned policy files that lie inside the run directory (a stage's link inputs); none for
+    a policy kept outside it, which the protocol pins as an input of its own."""
     directory = policy_dir(frozen.protocol, frozen.path).resolve()
     try:
         directory.relative_to(frozen.run_dir.resolve())

@@ -22,7 +22,7 @@ import numpy as np
 
 from creditaudit.errors import CheckFailed
 from creditaudit.protocol.canonical import canonical_hash
-from creditaudit.replay.env import Environment, Task
+from creditaudit.replay.envs.base import Environment, Task
 
 __all__ = [
     "TraceStep",

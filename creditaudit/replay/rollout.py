@@ -14,39 +14,18 @@ which other rollouts share its batch.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from creditaudit.protocol.canonical import sha256_bytes
-from creditaudit.replay.env import Environment
-from creditaudit.replay.policy import ActionPolicy, PromptBuilder, Turn
+from creditaudit.replay.envs.base import Environment
+from creditaudit.replay.policies.base import ActionPolicy, Turn, candidate_kwargs
+from creditaudit.replay.policies.prompts import PromptBuilder
+from creditaudit.replay.records import TurnRecord
 
-__all__ = ["TurnRecord", "Rollout", "TransitionCache", "start_rollout", "advance", "candidate_kwargs"]
-
-
-def candidate_kwargs(policy: Any, admissible: list[tuple[str, ...]]) -> dict[str, Any]:
-    """``{"candidates": ...}`` for a policy that draws among admissible commands, else ``{}``
-    (free-decoding policies and reference policies take no candidates)."""
-    return {"candidates": admissible} if getattr(policy, "decoding", "free") in ("admissible", "constrained") else {}
-
-
-@dataclass(frozen=True)
-class TurnRecord:
-    """One decision: what the agent saw, what it sampled, and what followed."""
-
-    turn: int
-    observation: str
-    admissible: tuple[str, ...]
-    state_signature: str
-    prompt_sha256: str
-    action: str
-    token_logprobs: tuple[float, ...]
-    stop_reason: str
-    seed: int
-    feedback: str
-    done: bool
-    won: bool
+__all__ = ["Rollout", "TransitionCache", "start_rollout", "advance"]
 
 
 @dataclass
@@ -139,7 +118,8 @@ def advance(
         Forced first action by rollout key (the factual or alternative action of a replay arm);
         forced actions are recorded with empty log-probs and seed -1.
     record : bool
-        Keep a :class:`TurnRecord` per decision (collection); replay only needs outcomes.
+        Keep a :class:`~creditaudit.replay.records.TurnRecord` per decision (collection; replay
+        keeps the actions).
     cache : TransitionCache, optional
         Reuse transitions already executed in this instance (replay); ``None`` always steps.
     on_step : callable, optional
@@ -175,18 +155,20 @@ def advance(
                 if cache is not None:
                     cache.put(rollout.signature, action, result, next_snapshot, next_signature)
             if record:
+                token_logprobs = tuple(float(x) for x in logprobs)
                 rollout.turns.append(
                     TurnRecord(
                         turn=rollout.steps,
                         observation=rollout.observation,
                         admissible=rollout.admissible,
+                        action=action,
+                        token_logprobs=token_logprobs,
+                        mean_logprob=math.fsum(token_logprobs) / len(token_logprobs) if token_logprobs else None,
+                        feedback=result.text,
                         state_signature=rollout.signature,
                         prompt_sha256=sha256_bytes(prompt.encode("utf-8")) if prompt is not None else "",
-                        action=action,
-                        token_logprobs=tuple(float(x) for x in logprobs),
                         stop_reason=stop,
                         seed=int(seed),
-                        feedback=result.text,
                         done=result.done,
                         won=result.won,
                     )

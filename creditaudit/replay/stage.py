@@ -2,11 +2,10 @@
 
 Work units (one per collected trajectory) run on local worker processes (``executor="local"``,
 the default), in this process (``"inline"``), or on a Ray cluster (``"ray"``); every executor runs
-the same unit function, so results are identical. Each worker loads the policy and makes one
-environment once, with one torch thread so numerics do not depend on the executor. Units write
-their shards atomically (``replay/shards/``); a rerun skips finished units, so an interrupted
-replay (even ``kill -9``) resumes without losing or duplicating a rollout and ends with the same
-bytes as an uninterrupted run.
+the same unit function, so results are identical (:mod:`creditaudit.replay.executors`). Units
+write their shards atomically (``replay/shards/``); a rerun skips finished units, so an
+interrupted replay (even ``kill -9``) resumes without losing or duplicating a rollout and ends with
+the same bytes as an uninterrupted run.
 """
 
 from __future__ import annotations
@@ -26,109 +25,16 @@ from creditaudit.protocol.canonical import canonical_bytes
 from creditaudit.protocol.links import StageLink
 from creditaudit.protocol.lock import FrozenProtocol, require_frozen
 from creditaudit.protocol.signing import Signer
-from creditaudit.replay.compute import stored_numerics
-from creditaudit.replay.collect import TRAJECTORIES, _policy_files_in_run, load_run_policy, read_trajectories
-from creditaudit.replay.replay import ReplaySettings, UnitResult, read_unit, replay_trajectory, write_unit
-from creditaudit.replay.tasks import make_environment, read_tasks, task_for
+from creditaudit.replay.collect import load_run_policy, policy_files_in_run, read_trajectories
+from creditaudit.replay.engine import UnitResult, read_unit
+from creditaudit.replay.executors import EXECUTORS, REPLAY_DIR, execute, unit_name
+from creditaudit.replay.records import TRAJECTORIES
 
 __all__ = ["REPLAY_DIR", "TURNS", "ROLLOUTS", "SUMMARY", "ReplaySummary", "run_replay", "read_replay"]
 
-REPLAY_DIR = "replay"
 TURNS = "replay/turns.parquet"
 ROLLOUTS = "replay/rollouts.parquet"
 SUMMARY = "replay/summary.json"
-EXECUTORS = ("local", "inline", "ray")
-
-
-def _unit_name(trajectory_id: str) -> str:
-    return trajectory_id.replace("/", "_")
-
-
-# ------------------------------------------------------------------------------------ workers
-
-_WORKER: dict[str, Any] = {}
-
-
-def _worker_init(protocol_path: str) -> None:
-    frozen = require_frozen(protocol_path)
-    _WORKER.clear()
-    _WORKER.update(
-        frozen=frozen,
-        policy=load_run_policy(frozen),
-        env=make_environment(frozen.protocol),
-        tasks={t.task_id: t for t in read_tasks(frozen)},
-        settings=ReplaySettings.from_protocol(frozen.protocol),
-    )
-
-
-def _worker_run(trajectory: Any) -> tuple[str, dict[str, int]]:
-    """Replay one trajectory in this worker and write its shards; returns (name, counters)."""
-    frozen: FrozenProtocol = _WORKER["frozen"]
-    entry = _WORKER["tasks"][str(trajectory["task_id"].iloc[0])]
-    with stored_numerics():
-        result = replay_trajectory(
-            _WORKER["env"],
-            _WORKER["policy"],
-            task=task_for(entry, frozen.protocol, frozen.run_dir),
-            trajectory=trajectory,
-            protocol_id=frozen.id,
-            settings=_WORKER["settings"],
-        )
-    name = _unit_name(str(trajectory["trajectory_id"].iloc[0]))
-    write_unit(result, frozen.run_dir / REPLAY_DIR / "shards", name)
-    return name, result.counters
-
-
-class _RayWorker:  # pragma: no cover - exercised through ray in tests when ray is installed
-    def __init__(self, protocol_path: str) -> None:
-        _worker_init(protocol_path)
-
-    def run(self, trajectory: Any) -> tuple[str, dict[str, int]]:
-        return _worker_run(trajectory)
-
-
-def _execute(protocol_path: Path, pending: list[Any], *, executor: str, workers: int,
-             done: Callable[[str], None]) -> None:
-    if not pending:
-        return
-    if executor == "inline":
-        _worker_init(str(protocol_path))
-        try:
-            for trajectory in pending:
-                done(_worker_run(trajectory)[0])
-        finally:
-            _WORKER["env"].close()
-            _WORKER.clear()
-        return
-    if executor == "local":
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor, as_completed
-
-        with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
-                                 initializer=_worker_init, initargs=(str(protocol_path),)) as pool:
-            futures = [pool.submit(_worker_run, trajectory) for trajectory in pending]
-            for future in as_completed(futures):
-                done(future.result()[0])
-        return
-    try:
-        import ray
-    except ImportError:
-        raise InputError("`--executor ray` needs Ray: pip install 'creditaudit[ray]'") from None
-    if not ray.is_initialized():
-        if os.environ.get("RAY_ADDRESS"):  # a running cluster: connect to it
-            ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
-        else:  # a local Ray instance on this machine
-            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
-    actor_cls = ray.remote(num_cpus=1)(_RayWorker)
-    actors = [actor_cls.remote(str(protocol_path)) for _ in range(workers)]
-    refs = [actors[i % workers].run.remote(t) for i, t in enumerate(pending)]
-    remaining = list(refs)
-    while remaining:
-        ready, remaining = ray.wait(remaining, num_returns=1)
-        done(ray.get(ready[0])[0])
-
-
-# ------------------------------------------------------------------------------------ the stage
 
 
 @dataclass(frozen=True)
@@ -176,7 +82,7 @@ def run_replay(
     load_run_policy(frozen)  # refuse a policy whose files differ from the pins before any work
     frames = _trajectory_frames(frozen)
     shard_dir = frozen.run_dir / REPLAY_DIR / "shards"
-    names = [_unit_name(str(f["trajectory_id"].iloc[0])) for f in frames]
+    names = [unit_name(str(f["trajectory_id"].iloc[0])) for f in frames]
     finished: set[str] = set()
     for name in names:
         turns_path = shard_dir / f"{name}.turns.parquet"
@@ -198,7 +104,7 @@ def run_replay(
         if progress:
             progress("replay", count["done"], len(frames))
 
-    _execute(Path(frozen.path), pending, executor=executor, workers=workers or max(1, min(2, os.cpu_count() or 1)),
+    execute(Path(frozen.path), pending, executor=executor, workers=workers or max(1, min(2, os.cpu_count() or 1)),
              done=done)
 
     results: list[UnitResult] = []
@@ -245,7 +151,7 @@ def run_replay(
         parameters={"n_fact": frozen.protocol.replay.n_fact, "n_alternatives": frozen.protocol.replay.n_alternatives,
                     "n_alt": frozen.protocol.replay.n_alt},
         inputs=[frozen.path, frozen.path.with_name(frozen.path.stem + ".lock.json"), run_dir / TRAJECTORIES,
-                run_dir / "tasks.json", *_policy_files_in_run(frozen)],
+                run_dir / "tasks.json", *policy_files_in_run(frozen)],
     ) as link:
         for table, rel in ((turns, TURNS), (rollouts, ROLLOUTS)):
             write_parquet_atomic(table, run_dir / rel)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from creditaudit.artifacts import write_bytes_atomic
 from creditaudit.errors import InputError
 from creditaudit.protocol.canonical import canonical_bytes, sha256_file
 from creditaudit.protocol.links import StageLink
@@ -22,7 +23,7 @@ from creditaudit.protocol.lock import FrozenProtocol
 from creditaudit.protocol.schema import Protocol
 from creditaudit.protocol.signing import Signer
 from creditaudit.registry import registry
-from creditaudit.replay.env import Environment, Task
+from creditaudit.replay.envs.base import Environment, Task
 
 __all__ = ["TASKS_FILE", "GAMES_DIR", "TaskEntry", "make_environment", "prepare_tasks", "read_tasks", "task_for"]
 
@@ -48,7 +49,8 @@ class TaskEntry:
 def make_environment(protocol: Protocol) -> Environment:
     """The protocol's registered environment, constructed with its frozen arguments."""
     # Importing the adapters registers them.
-    from creditaudit.replay import alfworld_env, planted  # noqa: F401
+    from creditaudit.replay.envs import planted  # noqa: F401
+    from creditaudit.replay.envs.alfworld import env  # noqa: F401
 
     env_section = protocol.environment
     return registry("environment").create(env_section.name, horizon=env_section.horizon, **env_section.params)
@@ -72,7 +74,7 @@ def task_for(entry: TaskEntry, protocol: Protocol, run_dir: Path) -> Task:
 
 def _generated_alfworld(frozen: FrozenProtocol, progress: Callable[[int, int], None] | None) -> tuple[list[TaskEntry], list[Path]]:
     from creditaudit.protocol.seeds import rng
-    from creditaudit.replay.alfworld_games import generate_games
+    from creditaudit.replay.envs.alfworld.games import generate_games
 
     settings = frozen.protocol.environment.generator
     out_dir = frozen.run_dir / GAMES_DIR
@@ -157,9 +159,7 @@ def prepare_tasks(
         parameters={"environment": env_section.name, "source": env_section.source, "n_tasks": len(entries)},
         inputs=[frozen.path, frozen.path.with_name(frozen.path.stem + ".lock.json")],
     ) as link:
-        tmp = path.with_name("." + path.name + ".tmp")
-        tmp.write_bytes(canonical_bytes(document) + b"\n")
-        os.replace(tmp, path)
+        write_bytes_atomic(path, canonical_bytes(document) + b"\n")
         link.add_output(path)
         for file in produced:
             link.add_output(file)

@@ -1,5 +1,6 @@
 """The credit-family contract (version :data:`FAMILY_CONTRACT_VERSION`): what every family, built-in
-or third-party, is given and must return.
+or third-party, is given and must return. The trajectories a family reads are the record types of
+:mod:`creditaudit.replay.records`, re-exported here.
 
 A credit family is a factory published under the entry-point group ``creditaudit.families``
 (:mod:`creditaudit.plugins`) whose keyword parameters are exactly the constants the protocol's
@@ -49,6 +50,7 @@ import pyarrow as pa
 
 from creditaudit.errors import InputError
 from creditaudit.protocol.seeds import SeedStreams
+from creditaudit.replay.records import Trajectory, TurnRecord, trajectories_from_table
 
 __all__ = [
     "FAMILY_CONTRACT_VERSION",
@@ -85,92 +87,6 @@ CREDIT_SCHEMA = pa.schema(
         pa.field("abstain_reason", pa.string(), nullable=True),
     ]
 )
-
-
-@dataclass(frozen=True)
-class TurnRecord:
-    """One collected turn, as the signals need it."""
-
-    turn: int
-    observation: str
-    admissible: tuple[str, ...]
-    action: str
-    token_logprobs: tuple[float, ...]
-    mean_logprob: float | None
-    feedback: str
-
-
-@dataclass(frozen=True)
-class Trajectory:
-    """One collected trajectory: its task, outcome and turns in order (``turn`` = 0..n-1)."""
-
-    trajectory_id: str
-    task_id: str
-    rollout: int
-    goal: str
-    outcome: int
-    turns: tuple[TurnRecord, ...]
-
-    @property
-    def won(self) -> bool:
-        return self.outcome == 1
-
-    @property
-    def final_observation(self) -> str:
-        """What the environment answered to the last action (the final state's text)."""
-        return self.turns[-1].feedback if self.turns else ""
-
-    def __len__(self) -> int:
-        return len(self.turns)
-
-
-def trajectories_from_table(table: pa.Table, *, source: str = "collect/trajectories.parquet") -> list[Trajectory]:
-    """Group the collected turn table into trajectories (order of first appearance).
-
-    Raises
-    ------
-    InputError
-        When a column is missing, or a trajectory's turns are not numbered 0..n-1, or its
-        outcome or task differs between rows.
-    """
-    needed = ["trajectory_id", "task_id", "rollout", "turn", "goal", "observation", "admissible", "action",
-              "token_logprobs", "mean_logprob", "feedback", "outcome"]
-    missing = [c for c in needed if c not in table.column_names]
-    if missing:
-        raise InputError(f"{source}: missing column(s) {', '.join(missing)}; recollect with this version")
-    cols = {c: table.column(c).to_pylist() for c in needed}
-    rows: dict[str, list[int]] = {}
-    for i, tid in enumerate(cols["trajectory_id"]):
-        rows.setdefault(tid, []).append(i)
-    out = []
-    for tid, idx in rows.items():
-        idx = sorted(idx, key=lambda i: cols["turn"][i])
-        turns_seen = [cols["turn"][i] for i in idx]
-        if turns_seen != list(range(len(idx))):
-            raise InputError(
-                f"{source}: trajectory {tid!r} has turns {turns_seen[:8]}…, not 0..{len(idx) - 1}; the table "
-                "is damaged — recollect"
-            )
-        for key in ("outcome", "task_id", "goal"):
-            values = {cols[key][i] for i in idx}
-            if len(values) != 1:
-                raise InputError(f"{source}: trajectory {tid!r} has more than one `{key}` ({sorted(map(str, values))})")
-        turns = tuple(
-            TurnRecord(
-                turn=int(cols["turn"][i]),
-                observation=cols["observation"][i],
-                admissible=tuple(cols["admissible"][i]),
-                action=cols["action"][i],
-                token_logprobs=tuple(float(v) for v in cols["token_logprobs"][i]),
-                mean_logprob=None if cols["mean_logprob"][i] is None else float(cols["mean_logprob"][i]),
-                feedback=cols["feedback"][i],
-            )
-            for i in idx
-        )
-        first = idx[0]
-        out.append(Trajectory(tid, cols["task_id"][first], int(cols["rollout"][first]), cols["goal"][first],
-                              int(cols["outcome"][first]), turns))
-    return out
 
 
 @dataclass

@@ -110,7 +110,7 @@ def hindsight_ratio(pi_values: Sequence[float], *, clip_low: float = 0.8, clip_h
 def hindsight_builder(policy, history_length: int):
     """A prompt builder like the policy's (same tokenizer and template mode) showing
     ``history_length`` past turns."""
-    from creditaudit.replay.policy import PromptBuilder
+    from creditaudit.replay.policies import PromptBuilder
 
     return PromptBuilder(policy.tokenizer, history_length=history_length,
                          use_chat_template=policy.prompt_builder.mode == "chat")
@@ -118,7 +118,7 @@ def hindsight_builder(policy, history_length: int):
 
 def hindsight_prompts(trajectory: Trajectory, builder) -> list[str]:
     """The hindsight prompt of every turn of ``trajectory`` (outcome injected)."""
-    from creditaudit.replay.policy import Turn, format_hindsight
+    from creditaudit.replay.policies import Turn, format_hindsight
 
     hindsight = format_hindsight(trajectory.final_observation, trajectory.won)
     prompts, history = [], []

@@ -103,7 +103,7 @@ def judge_prompt(trajectory: Trajectory, *, max_negative: int = 1) -> str:
     action: open door
     outcome: the task was completed successfully. final observation: done .
     """
-    from creditaudit.replay.policy import format_hindsight
+    from creditaudit.replay.policies import format_hindsight
 
     lines = [_INSTRUCTION.format(max_negative=max_negative), f"task: {_squash(trajectory.goal)}"]
     for rec in trajectory.turns:
@@ -421,7 +421,7 @@ def _local_model(context: SignalContext, model: str) -> tuple[Any, str, str]:
         pins = {**context.protocol.policy.model_files, **context.protocol.policy.tokenizer_files}
         digest = canonical_hash(pins)
         return context.policy(), f"local:policy@{digest[:16]}", digest
-    from creditaudit.replay.policy import load_policy, policy_file_hashes
+    from creditaudit.replay.policies import load_policy, policy_file_hashes
 
     path = Path(model)
     if not path.is_absolute():
@@ -447,7 +447,7 @@ class JudgeFamily(FamilyBase):
     def inputs(self, run_dir: Path) -> list[Path]:
         """Files of a local judge model that lies in the run directory (a model elsewhere is
         identified by its hash in the judge id)."""
-        from creditaudit.replay.policy import policy_file_hashes
+        from creditaudit.replay.policies import policy_file_hashes
 
         if self.backend != "local" or self.model == "policy":
             return []

@@ -246,7 +246,7 @@ class BoundaryMeter:
     rollouts: int = 0
 
     def __post_init__(self) -> None:
-        from creditaudit.replay.policy import Turn
+        from creditaudit.replay.policies import Turn
 
         obs = self.env.reset(self.task)
         self.goal = obs.goal

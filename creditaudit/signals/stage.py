@@ -133,7 +133,7 @@ def run_signals(
         No trajectories, trajectories of another protocol, or a family this version does not
         implement.
     """
-    from creditaudit.replay.collect import TRAJECTORIES, _policy_files_in_run, load_run_policy, read_trajectories
+    from creditaudit.replay.collect import TRAJECTORIES, load_run_policy, policy_files_in_run, read_trajectories
     from creditaudit.replay.compute import stored_numerics
     from creditaudit.replay.stage import SUMMARY as REPLAY_SUMMARY
     from creditaudit.replay.stage import TURNS as REPLAY_TURNS
@@ -160,7 +160,7 @@ def run_signals(
 
         inputs += [p for p in replay_inputs(run_dir, protocol) if p not in inputs]
     if "policy" in needs:
-        inputs += _policy_files_in_run(frozen)
+        inputs += policy_files_in_run(frozen)
     for family in families:
         extra = family.inputs(run_dir) if hasattr(family, "inputs") else []
         inputs += [p for p in extra if p not in inputs]

@@ -434,6 +434,6 @@ def conformance(inst: Instrumentation, trace: Trace, env: Any, task: Any) -> tup
 
 def read_game(path: str) -> dict[str, Any]:
     """A game file's parsed JSON (``InputError`` naming the file when it is missing or corrupt)."""
-    from creditaudit.replay.alfworld_env import read_game_file
+    from creditaudit.replay.envs.alfworld import read_game_file
 
     return read_game_file(path)[1]

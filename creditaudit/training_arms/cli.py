@@ -20,10 +20,10 @@ def arms_command(
     Resumable: rerunning keeps finished checkpoints and trains the rest.
     """
     from creditaudit.protocol.signing import load_signer
-    from creditaudit.replay.cli import _protocol_in
+    from creditaudit.replay.cli import protocol_in
     from creditaudit.training_arms.stage import SUMMARY_MD, run_arms
 
-    protocol = _protocol_in(run)
+    protocol = protocol_in(run)
     with progress_bars(enabled=not quiet) as update:
         doc = run_arms(protocol, load_signer(run / "keys" / "creditaudit.key"), progress=update)
     a = doc.analysis

@@ -342,15 +342,18 @@ class ArmsTrainer:
         return out, digests
 
     def _trajectories(self, seed: int, round_: int, tasks, rollouts: list[list[Rollout]]):
-        from creditaudit.signals.base import Trajectory, TurnRecord
+        from dataclasses import replace
+
+        from creditaudit.replay.records import Trajectory
 
         out = []
         for k, ((_, _, task), group) in enumerate(zip(tasks, rollouts)):
             for ro in group:
+                # the rollout's own records, with the training loop's mean log-prob (a plain sum,
+                # as the arms have always computed it)
                 turns = tuple(
-                    TurnRecord(rec.turn, rec.observation, rec.admissible, rec.action, rec.token_logprobs,
-                               (sum(rec.token_logprobs) / len(rec.token_logprobs)) if rec.token_logprobs else None,
-                               rec.feedback)
+                    replace(rec, mean_logprob=(sum(rec.token_logprobs) / len(rec.token_logprobs))
+                            if rec.token_logprobs else None)
                     for rec in ro.turns
                 )
                 out.append(Trajectory(f"arms-s{seed}-r{round_}-k{k}-g{ro.key}", task.task_id, int(ro.key), ro.goal,
@@ -388,7 +391,7 @@ class ArmsTrainer:
     def _pivotal(self, seed: int, round_: int, tasks, rollouts, arm: str) -> list[np.ndarray]:
         import pandas as pd
 
-        from creditaudit.replay.replay import ReplaySettings, replay_trajectory
+        from creditaudit.replay.engine import ReplaySettings, replay_trajectory
 
         r = self.protocol.replay
         n = self.args.pivotal_resolution_n

@@ -150,7 +150,7 @@ def _task_sets(frozen: FrozenProtocol, signer: Signer, args: Any, env: Any) -> t
             held = [TaskEntry(t.task_id, t.task_type, None, dict(t.params)) for t in tasks if t.task_id not in seen]
             held = held[:args.eval_tasks]
         elif env_section.source == "generated":
-            from creditaudit.replay.alfworld_games import generate_games
+            from creditaudit.replay.envs.alfworld import generate_games
 
             settings = env_section.generator
             per_type = math.ceil(args.eval_tasks / len(settings.task_types))
@@ -201,7 +201,7 @@ def run_arms(
     progress: Callable[[str, int, int], None] | None = None,
 ) -> ArmsDocument:
     """Train, evaluate and analyse every arm x seed of the frozen protocol (resumable)."""
-    from creditaudit.replay.collect import _policy_files_in_run, load_run_policy
+    from creditaudit.replay.collect import load_run_policy, policy_files_in_run
     from creditaudit.replay.compute import stored_numerics
     from creditaudit.replay.tasks import make_environment
     from creditaudit.signals.base import make_family
@@ -219,7 +219,7 @@ def run_arms(
     families = {source: make_family(spec, source=f"{frozen.path.name}: signals ({spec.name})")
                 for source, spec in specs.items()}
     lock_path = frozen.path.with_name(frozen.path.stem + ".lock.json")
-    inputs = [frozen.path, lock_path, run_dir / "tasks.json", *_policy_files_in_run(frozen)]
+    inputs = [frozen.path, lock_path, run_dir / "tasks.json", *policy_files_in_run(frozen)]
     if specs:
         inputs.append(run_dir / CREDIT)
     policy = load_run_policy(frozen)

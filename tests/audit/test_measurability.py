@@ -8,7 +8,7 @@ import pytest
 from creditaudit.audit.measurability import degenerate_trajectories, measurability_map
 from creditaudit.protocol.io import default_template_text, parse_protocol, protocol_dict, protocol_from_dict
 from creditaudit.protocol.seeds import rng as stream_rng
-from creditaudit.replay.replay import TURN_TABLE_SCHEMA
+from creditaudit.replay.engine import TURN_TABLE_SCHEMA
 from creditaudit.stats import resolution_bound
 
 PID = "9" * 64

@@ -9,9 +9,9 @@ import pytest
 
 from creditaudit.audit.core import audit_tables, verdict_sentence
 from creditaudit.protocol.io import default_template_text, parse_protocol, protocol_dict, protocol_from_dict
-from creditaudit.replay.planted import PlantedEnv
-from creditaudit.replay.policy import PromptBuilder, SampledAction
-from creditaudit.replay.replay import ReplaySettings, replay_trajectory
+from creditaudit.replay.engine import ReplaySettings, replay_trajectory
+from creditaudit.replay.envs.planted import PlantedEnv
+from creditaudit.replay.policies import PromptBuilder, SampledAction
 from creditaudit.replay.rollout import advance, start_rollout
 
 PID = "7" * 64

@@ -14,7 +14,7 @@ def alfworld_games(tmp_path_factory: pytest.TempPathFactory):
 
     Session-scoped: generating costs about 1-2 s per game on the real engine.
     """
-    from creditaudit.replay.alfworld_games import TASK_TYPES, generate_games
+    from creditaudit.replay.envs.alfworld import TASK_TYPES, generate_games
 
     out = tmp_path_factory.mktemp("alfworld-games")
     report = generate_games(out, task_types=TASK_TYPES, games_per_type=1, max_objects=12, max_receptacles=10,
@@ -25,7 +25,7 @@ def alfworld_games(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture(scope="session")
 def alfworld_env():
     """One engine instance shared by the real-engine tests (each test resets it)."""
-    from creditaudit.replay.alfworld_env import AlfworldEnv
+    from creditaudit.replay.envs.alfworld import AlfworldEnv
 
     env = AlfworldEnv(horizon=50)
     yield env

@@ -13,7 +13,8 @@ from creditaudit.errors import CheckFailed, InputError
 from creditaudit.protocol.canonical import sha256_file
 from creditaudit.protocol.links import verify_links
 from creditaudit.protocol.lock import require_frozen
-from creditaudit.replay.collect import TRAJECTORIES, TURN_SCHEMA, collect, read_trajectories
+from creditaudit.replay.collect import TRAJECTORIES, collect, read_trajectories
+from creditaudit.replay.records import TURN_SCHEMA
 
 
 @pytest.fixture()

@@ -16,8 +16,8 @@ from creditaudit.replay.determinism import (
     random_actions,
     trace_hash,
 )
-from creditaudit.replay.env import Observation, StepResult, Task
-from creditaudit.replay.planted import PlantedEnv
+from creditaudit.replay.envs import Observation, StepResult, Task
+from creditaudit.replay.envs.planted import PlantedEnv
 
 _COUNTER = itertools.count()
 
@@ -104,7 +104,7 @@ def test_planted_env_is_deterministic():
 @pytest.mark.slow
 @pytest.mark.parametrize("task_type", ["pick_two_obj_and_place", "look_at_obj_in_light"])
 def test_alfworld_is_deterministic_across_instances_and_resets(game_by_type, task_type):
-    from creditaudit.replay.alfworld_env import AlfworldEnv
+    from creditaudit.replay.envs.alfworld import AlfworldEnv
 
     game = game_by_type[task_type]
     with AlfworldEnv(horizon=40) as env:
@@ -119,8 +119,7 @@ def test_alfworld_is_deterministic_across_instances_and_resets(game_by_type, tas
 
 _TRACE_SCRIPT = """
 import json, sys
-from creditaudit.replay.alfworld_env import AlfworldEnv
-from creditaudit.replay.alfworld_games import game_task
+from creditaudit.replay.envs.alfworld import AlfworldEnv, game_task
 from creditaudit.replay.determinism import play, trace_hash
 path, actions = sys.argv[1], json.loads(sys.argv[2])
 with AlfworldEnv(horizon=40) as env:
@@ -135,7 +134,7 @@ def test_alfworld_trace_is_the_same_in_other_processes_and_hash_seeds(game_by_ty
     import subprocess
     import sys
 
-    from creditaudit.replay.alfworld_env import AlfworldEnv
+    from creditaudit.replay.envs.alfworld import AlfworldEnv
 
     game = game_by_type["pick_clean_then_place_in_recep"]
     with AlfworldEnv(horizon=40) as env:

@@ -1,4 +1,5 @@
-"""Run the Examples of every creditaudit.replay module, so `pytest tests/replay` covers them too."""
+"""Run the Examples of every creditaudit.replay module and subpackage module, so `pytest tests/replay`
+covers them too."""
 
 import doctest
 import importlib
@@ -8,7 +9,7 @@ import pytest
 
 import creditaudit.replay
 
-MODULES = sorted(name for _, name, _ in pkgutil.iter_modules(creditaudit.replay.__path__, "creditaudit.replay."))
+MODULES = sorted(name for _, name, _ in pkgutil.walk_packages(creditaudit.replay.__path__, "creditaudit.replay."))
 
 
 @pytest.mark.parametrize("name", MODULES)

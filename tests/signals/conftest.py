@@ -17,7 +17,7 @@ from creditaudit.signals.base import SignalContext, Trajectory, TurnRecord
 def planted_trajectory(tid: str = "t-0", task_id: str = "task-a", *, n_turns: int = 3, seed: int = 0,
                        outcome: int | None = None, rollout: int = 0) -> Trajectory:
     """A real planted-environment trajectory (first admissible door each turn)."""
-    from creditaudit.replay.planted import PlantedEnv
+    from creditaudit.replay.envs.planted import PlantedEnv
 
     env = PlantedEnv(kinds=("PN" * n_turns)[:max(n_turns, 1)], horizon=max(n_turns, 1) + 2)  # no trap: n turns
     task = env.make_tasks(1, rng=np.random.default_rng(seed))[0]

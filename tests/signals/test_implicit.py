@@ -23,7 +23,7 @@ from creditaudit.signals.implicit import (
 
 @pytest.fixture(scope="module")
 def policy(judgeable_policy_dir):
-    from creditaudit.replay.policy import load_policy
+    from creditaudit.replay.policies import load_policy
 
     return load_policy(judgeable_policy_dir, history_length=0)
 
@@ -46,7 +46,7 @@ def _manual_mean_logprob(directory, prompt: str, action: str) -> float:
 
 def test_hindsight_ratio_matches_a_manual_forward_pass(judgeable_policy_dir, policy, trajectory_factory,
                                                        context_factory):
-    from creditaudit.replay.policy import PromptBuilder, format_hindsight
+    from creditaudit.replay.policies import PromptBuilder, format_hindsight
 
     traj = trajectory_factory(n_turns=3, seed=4, outcome=1)
     family = ImplicitFamily(name="implicit", temperature=5.0, history_length=1)

@@ -62,7 +62,7 @@ def test_constrained_scores_keeps_one_minus_one_when_every_turn_prefers_it():
 
 @pytest.fixture(scope="module")
 def judge_model(judgeable_policy_dir):
-    from creditaudit.replay.policy import load_policy
+    from creditaudit.replay.policies import load_policy
 
     return load_policy(judgeable_policy_dir, history_length=0)
 
@@ -88,7 +88,7 @@ def test_local_judge_scores_every_turn_validly(judge_model, trajectory_factory, 
 
 def test_local_judge_refuses_a_tokenizer_without_the_choices():
     # a word-level tokenizer like the default policy's, whose vocabulary lacks "-"
-    from creditaudit.replay.default_policy import SPECIAL_TOKENS, build_tokenizer
+    from creditaudit.replay.policies.default import SPECIAL_TOKENS, build_tokenizer
 
     tokenizer = build_tokenizer(list(SPECIAL_TOKENS) + ["0", "1", "open", "door"])
     model = SimpleNamespace(tokenizer=tokenizer)

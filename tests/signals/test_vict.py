@@ -117,7 +117,7 @@ def test_stage_no_longer_refuses_vict():
 
 @pytest.fixture(scope="module")
 def games(tmp_path_factory):
-    from creditaudit.replay.alfworld_games import TASK_TYPES, generate_games
+    from creditaudit.replay.envs.alfworld import TASK_TYPES, generate_games
 
     out = tmp_path_factory.mktemp("vict-run") / "games"  # inside a run directory (see the compute test)
     report = generate_games(out, task_types=TASK_TYPES, games_per_type=1, max_objects=12, max_receptacles=10,
@@ -127,7 +127,7 @@ def games(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def engine():
-    from creditaudit.replay.alfworld_env import AlfworldEnv
+    from creditaudit.replay.envs.alfworld import AlfworldEnv
 
     env = AlfworldEnv(horizon=50)
     yield env
@@ -135,7 +135,7 @@ def engine():
 
 
 def _task(game):
-    from creditaudit.replay.env import Task
+    from creditaudit.replay.envs import Task
 
     return Task(game.task_id, game.task_type, str(game.path))
 

@@ -182,7 +182,7 @@ def test_a_checkpoint_that_fails_to_load_is_refused_naming_it(trained_run, tmp_p
 def test_checkpoints_load_with_peft(trained_run):
     from peft import PeftModel
 
-    from creditaudit.replay.policy import HFPolicy, load_policy
+    from creditaudit.replay.policies import HFPolicy, load_policy
     from creditaudit.training_arms.loop import sequence_logprobs
 
     import pyarrow.parquet as pq

@@ -1,4 +1,4 @@
-"""Tests of the policy interface (creditaudit.replay.policy) on tiny randomly initialised Qwen2
+"""Tests of the policy interface (creditaudit.replay.policies) on tiny randomly initialised Qwen2
 models built here: no download, no trained weights."""
 
 from __future__ import annotations
@@ -12,15 +12,9 @@ import pytest
 import torch
 
 from creditaudit.errors import InputError
-from creditaudit.replay.default_policy import SPECIAL_TOKENS, build_model, build_tokenizer
-from creditaudit.replay.policy import (
-    HFPolicy,
-    PromptBuilder,
-    chat_template_sha256,
-    format_hindsight,
-    load_policy,
-    policy_file_hashes,
-)
+from creditaudit.protocol.inputs import chat_template_sha256
+from creditaudit.replay.policies import HFPolicy, PromptBuilder, format_hindsight, load_policy, policy_file_hashes
+from creditaudit.replay.policies.default import SPECIAL_TOKENS, build_model, build_tokenizer
 
 WORDS = sorted(
     {

@@ -1,29 +1,19 @@
-"""Executed replay: the estimator against planted effects, the stage's resume and executors."""
+"""Executed replay: the estimator against planted effects."""
 
 from __future__ import annotations
 
 import math
-import os
-import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pyarrow.parquet as pq
 import pytest
 from scipy.stats import binom
 
-from creditaudit.errors import CheckFailed, InputError
-from creditaudit.protocol.canonical import sha256_file
-from creditaudit.replay.planted import PlantedEnv
-from creditaudit.replay.policy import PromptBuilder, SampledAction
-from creditaudit.replay.replay import ReplaySettings, difference_interval, replay_trajectory
-from creditaudit.stats import resolution_bound
+from creditaudit.replay.engine import ReplaySettings, difference_interval, replay_trajectory
+from creditaudit.replay.envs.planted import PlantedEnv
+from creditaudit.replay.policies import PromptBuilder, SampledAction
 from creditaudit.replay.rollout import advance, start_rollout
-from creditaudit.replay.stage import ROLLOUTS, TURNS, run_replay
+from creditaudit.stats import resolution_bound
 
 
 class UniformPolicy:
@@ -150,97 +140,3 @@ def test_prefix_divergence_is_detected_and_counted():
     turns = result.turns.to_pandas()
     assert result.counters["divergences"] == 1
     assert list(turns.status[:1]) == ["complete"] and (turns.status[1:] == "diverged").all()
-
-
-# ----------------------------------------------------------------------------- the stage
-
-
-def _make_run(root: Path, policy_dir: Path) -> tuple[Path, object]:
-    from helpers import make_run
-
-    return make_run(root, policy_dir)
-
-
-@pytest.fixture(scope="module")
-def reference_run(tmp_path_factory, planted_policy_dir):
-    run, signer = _make_run(tmp_path_factory.mktemp("ref"), planted_policy_dir)
-    summary = run_replay(run / "protocol.yaml", signer, executor="inline")
-    return run, summary
-
-
-def test_stage_outputs_and_counters(reference_run):
-    run, summary = reference_run
-    turns = pq.read_table(run / TURNS).to_pandas()
-    rollouts = pq.read_table(run / ROLLOUTS).to_pandas()
-    assert summary.divergences == 0 and summary.restore_failures == 0 and rollouts.restore_ok.all()
-    assert len(turns) == summary.n_turns and len(rollouts) == summary.n_rollouts
-    complete = turns[turns.status == "complete"]
-    assert len(complete) > 0
-    per_turn = rollouts.groupby(["trajectory_id", "turn", "arm"]).size().unstack()
-    assert (per_turn["fact"] == 3).all() and (per_turn["alt"] == 12).all()
-    # A_replay is the difference of the arms' mean outcomes, recomputed from the stored rollouts
-    means = rollouts.groupby(["trajectory_id", "turn", "arm"]).outcome.mean().unstack()
-    merged = complete.set_index(["trajectory_id", "turn"]).join(means)
-    np.testing.assert_allclose(merged.a_replay, merged["fact"] - merged["alt"])
-    # every rollout of the factual arm starts with the factual action, alternatives with theirs
-    first = rollouts.assign(first=rollouts.actions.map(lambda a: a[0]))
-    facts = first[first.arm == "fact"].set_index(["trajectory_id", "turn"]).first
-    assert (facts == turns.set_index(["trajectory_id", "turn"]).action.reindex(facts.index)).all()
-    assert summary.engine_steps > 0 and summary.cache_hits > 0
-
-
-def test_local_workers_give_identical_bytes(tmp_path, planted_policy_dir, reference_run):
-    ref, _ = reference_run
-    run, signer = _make_run(tmp_path, planted_policy_dir)
-    run_replay(run / "protocol.yaml", signer, executor="local", workers=2)
-    for rel in (TURNS, ROLLOUTS):
-        assert sha256_file(run / rel) == sha256_file(ref / rel), rel
-
-
-@pytest.mark.slow
-def test_kill_9_then_resume_is_byte_identical(tmp_path, planted_policy_dir, reference_run):
-    ref, _ = reference_run
-    run, _ = _make_run(tmp_path, planted_policy_dir)
-    cmd = [sys.executable, "-m", "creditaudit", "replay", "--run", str(run), "--executor", "inline", "--quiet"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    shards = run / "replay" / "shards"
-    deadline = time.time() + 240
-    while time.time() < deadline and len(list(shards.glob("*.turns.parquet"))) < 1:
-        time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    written = len(list(shards.glob("*.turns.parquet")))
-    assert 1 <= written < 4 and not (run / TURNS).exists()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for rel in (TURNS, ROLLOUTS):
-        assert sha256_file(run / rel) == sha256_file(ref / rel), rel
-
-
-@pytest.mark.slow
-def test_ray_executor_gives_identical_bytes(tmp_path, planted_policy_dir, reference_run):
-    pytest.importorskip("ray")
-    ref, _ = reference_run
-    run, signer = _make_run(tmp_path, planted_policy_dir)
-    run_replay(run / "protocol.yaml", signer, executor="ray", workers=2)
-    import ray
-
-    ray.shutdown()
-    for rel in (TURNS, ROLLOUTS):
-        assert sha256_file(run / rel) == sha256_file(ref / rel), rel
-
-
-def test_corrupt_shard_is_refused_and_named(tmp_path, planted_policy_dir):
-    run, signer = _make_run(tmp_path, planted_policy_dir)
-    shards = run / "replay" / "shards"
-    shards.mkdir(parents=True)
-    name = next(iter(pq.read_table(run / "collect" / "trajectories.parquet").column("trajectory_id").to_pylist()))
-    (shards / f"{name}.turns.parquet").write_bytes(b"\0" * 64)
-    with pytest.raises(InputError, match=rf"{name}.turns.parquet: a replay shard exists but cannot be read"):
-        run_replay(run / "protocol.yaml", signer, executor="inline")
-
-
-def test_changed_policy_is_refused(tmp_path, planted_policy_dir):
-    run, signer = _make_run(tmp_path, planted_policy_dir)
-    (run / "policy" / "config.json").write_text((run / "policy" / "config.json").read_text() + " ")
-    with pytest.raises(CheckFailed, match="config.json"):
-        run_replay(run / "protocol.yaml", signer, executor="inline")

@@ -1,11 +1,23 @@
-"""The observation-only searching expert that demonstrates the default policy."""
+"""The observation-only searching expert that demonstrates the default policy, and the generated
+games' walkthroughs played as demonstrations."""
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pytest
 
-from creditaudit.replay.searcher import UNLIKELY_WEIGHT, expert_action, parse_goal, search_weights
+from creditaudit.errors import InputError
+from creditaudit.replay.envs.alfworld import game_task
+from creditaudit.replay.envs.alfworld.expert import (
+    UNLIKELY_WEIGHT,
+    expert_action,
+    expert_demonstration,
+    expert_demonstrations,
+    parse_goal,
+    search_weights,
+)
 
 KINDS = {
     "pick_and_place_simple": "simple",
@@ -84,3 +96,31 @@ def test_expert_wins_generated_games_of_every_type(alfworld_games, alfworld_env)
                 won[game.task_type] = won.get(game.task_type, 0) + bool(result.won)
                 break
     assert set(won) == set(KINDS) and sum(won.values()) >= len(alfworld_games.games) - 1, won
+
+
+@pytest.mark.slow
+def test_walkthroughs_win_on_the_engine(alfworld_games, alfworld_env):
+    demos = expert_demonstrations(alfworld_games.games, env=alfworld_env)
+    for game in alfworld_games.games:
+        steps = demos[game.task_id]
+        assert [s.action for s in steps] == list(game.walkthrough)
+        assert "Your task is to:" in steps[0].observation
+        for step in steps:
+            assert step.action in step.admissible  # every expert action is admissible where it is taken
+    assert alfworld_env.won and alfworld_env.done  # the last game played ends won
+
+
+@pytest.mark.slow
+def test_expert_demonstration_needs_a_walkthrough(alfworld_games, alfworld_env, tmp_path):
+    game = alfworld_games.games[0]
+    content = json.loads(game.path.read_text())
+    del content["walkthrough"]
+    path = tmp_path / "game.tw-pddl"
+    path.write_text(json.dumps(content))
+    task = game_task(path, game.task_type)
+    with pytest.raises(InputError, match="has no `walkthrough`"):
+        expert_demonstration(task, env=alfworld_env)
+    content["walkthrough"] = ["look"]
+    path.write_text(json.dumps(content))
+    with pytest.raises(RuntimeError, match="does not win"):
+        expert_demonstration(game_task(path, game.task_type), env=alfworld_env)

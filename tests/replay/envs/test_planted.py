@@ -7,8 +7,8 @@ import pytest
 
 from creditaudit.errors import InputError
 from creditaudit.registry import registry
-from creditaudit.replay.env import Environment, EpisodeOver, SnapshotError
-from creditaudit.replay.planted import PlantedEnv, PlantedState
+from creditaudit.replay.envs import Environment, EpisodeOver, SnapshotError
+from creditaudit.replay.envs.planted import PlantedEnv, PlantedState
 
 
 def _task(env, seed=0):

@@ -1,4 +1,4 @@
-"""Tests of the embedded default policy's recipe (creditaudit.replay.default_policy).
+"""Tests of the embedded default policy's recipe (creditaudit.replay.policies.default).
 
 Most tests run on a tiny in-test text game with the ALFWorld command grammar, so they take
 seconds; the ``slow`` test builds a small policy on real generated ALFWorld games.
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from creditaudit.replay.default_policy import (
+from creditaudit.replay.policies.default import (
     BUILD_RECORD,
     DEMO_HORIZON,
     EOA_TOKEN,
@@ -35,10 +35,10 @@ from creditaudit.replay.default_policy import (
     rename_entities,
     train_behaviour_cloning,
 )
-from creditaudit.replay.default_policy import _packed_batch, _split_at_goal
-from creditaudit.replay.env import Observation, StepResult, Task
-from creditaudit.replay.policy import HFPolicy, PromptBuilder, load_policy, policy_file_hashes
-from creditaudit.replay.searcher import expert_action, parse_goal, search_weights
+from creditaudit.replay.envs import Observation, StepResult, Task
+from creditaudit.replay.envs.alfworld.expert import expert_action, parse_goal, search_weights
+from creditaudit.replay.policies import HFPolicy, PromptBuilder, load_policy, policy_file_hashes
+from creditaudit.replay.policies.default.training import packed_batch, split_at_goal
 
 # ----------------------------------------------------------------------------- a tiny game
 
@@ -179,18 +179,18 @@ def test_decisive_examples_are_object_handling_or_going_with_the_object_in_hand(
 
 
 def test_length_bucketed_batches_cover_every_example_once_with_little_padding():
-    from creditaudit.replay.default_policy import _length_bucketed_batches
+    from creditaudit.replay.policies.default.training import length_bucketed_batches
 
     rng = np.random.default_rng(0)
     lengths = [int(x) for x in rng.integers(50, 400, size=1000)]
-    batches = _length_bucketed_batches(lengths, 16, np.random.default_rng(1))
+    batches = length_bucketed_batches(lengths, 16, np.random.default_rng(1))
     flat = [i for b in batches for i in b]
     assert sorted(flat) == list(range(1000)) and len(batches) == -(-1000 // 16)
     padded = sum(len(b) * max(lengths[i] for i in b) for b in batches)
     random_batches = [list(range(k, min(k + 16, 1000))) for k in range(0, 1000, 16)]
     padded_random = sum(len(b) * max(lengths[i] for i in b) for b in random_batches)
     assert padded < 0.8 * padded_random
-    assert _length_bucketed_batches(lengths, 16, np.random.default_rng(1)) == batches
+    assert length_bucketed_batches(lengths, 16, np.random.default_rng(1)) == batches
 
 
 # ----------------------------------------------------------------------------- demonstrations
@@ -362,8 +362,8 @@ def test_packed_goal_variants_score_each_branch_as_if_alone():
     tok = build_tokenizer(build_vocabulary([e.prompt for e in demos.examples] + list(_NAMES)))
     model = _tiny_model(tok).eval()
     rows = [e for e in demos.examples if e.target and e.state is not None][:6]
-    assert all(_split_at_goal(e.prompt) is not None for e in rows)
-    ids, mask, positions, labels, soft = _packed_batch(tok, rows, np.random.default_rng(3), _NAMES, goal_variants=3,
+    assert all(split_at_goal(e.prompt) is not None for e in rows)
+    ids, mask, positions, labels, soft = packed_batch(tok, rows, np.random.default_rng(3), _NAMES, goal_variants=3,
                                                  rename=False, augment_share=0.0, max_number=0)
     with torch.no_grad():
         logp = torch.log_softmax(model(input_ids=ids, attention_mask=mask, position_ids=positions).logits, -1)
@@ -417,7 +417,7 @@ def test_soft_search_targets_are_the_cross_entropy_against_the_expert_distributi
     tok = build_tokenizer(build_vocabulary([_example(_SEARCH, "go to cabinet 1").prompt] + list(_NAMES)))
     model = _tiny_model(tok).eval()
     ex = _example(_SEARCH, "go to cabinet 1")
-    ids, mask, positions, labels, soft = _packed_batch(tok, [ex], np.random.default_rng(4), _NAMES, goal_variants=0,
+    ids, mask, positions, labels, soft = packed_batch(tok, [ex], np.random.default_rng(4), _NAMES, goal_variants=0,
                                                       rename=False, augment_share=0.0, max_number=0,
                                                       search_targets=True)
     rows, at, targets = soft
@@ -505,10 +505,11 @@ def test_build_on_generated_alfworld_games_is_reproducible(tmp_path):
 def test_parallel_demonstrations_equal_the_serial_ones(alfworld_games):
     import functools
 
-    from creditaudit.replay.default_policy import _alfworld_env, parallel_demonstrations
+    from creditaudit.replay.policies.default import parallel_demonstrations
+    from creditaudit.replay.policies.default.build import alfworld_environment
 
     tasks = [g.task for g in alfworld_games.games[:3]]
-    factory = functools.partial(_alfworld_env, 30)
+    factory = functools.partial(alfworld_environment, 30)
     serial = parallel_demonstrations(tasks, factory, root="t", noise_rate=0.3, history_length=2, workers=1)
     pooled = parallel_demonstrations(tasks, factory, root="t", noise_rate=0.3, history_length=2, workers=2)
     assert pooled == serial and serial.episodes == 3 and serial.mistakes > 0

@@ -40,10 +40,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from creditaudit.protocol.seeds import SeedStreams
-from creditaudit.stats import resolution_bound
-from creditaudit.replay.env import Environment, Task
-from creditaudit.replay.policy import PromptBuilder, Turn
-from creditaudit.replay.rollout import Rollout, TransitionCache, advance, candidate_kwargs
+from creditaudit.replay.envs.base import Environment, Task
+from creditaudit.replay.policies.base import Turn, candidate_kwargs
+from creditaudit.replay.policies.prompts import PromptBuilder
+from creditaudit.replay.rollout import Rollout, TransitionCache, advance
 
 __all__ = [
     "ReplaySettings",
@@ -52,6 +52,8 @@ __all__ = [
     "ROLLOUT_TABLE_SCHEMA",
     "replay_trajectory",
     "difference_interval",
+    "write_unit",
+    "read_unit",
 ]
 
 TURN_TABLE_SCHEMA = pa.schema(
@@ -279,6 +281,8 @@ def replay_trajectory(
     Returns the turn and rollout tables of the unit and its counters (engine steps, cache hits,
     divergences, rollouts).
     """
+    from creditaudit.stats import resolution_bound  # (the statistics stack loads only when replay runs)
+
     streams = SeedStreams(protocol_id)
     builder: PromptBuilder = policy.prompt_builder
     traj = str(trajectory["trajectory_id"].iloc[0])

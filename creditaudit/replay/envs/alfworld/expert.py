@@ -1,4 +1,5 @@
-"""An ALFWorld expert that sees only what the policy sees: the demonstrator of the default policy.
+"""The ALFWorld experts: a searching expert that sees only what the policy sees (the demonstrator of
+the default policy), and the generator's walkthroughs played as demonstrations.
 
 A planner's walkthrough knows where every object lies and goes straight to it; a policy that sees
 only the text of the game cannot know that, so cloning such walkthroughs teaches guesses (the
@@ -21,17 +22,28 @@ can in principle imitate it perfectly:
   the object there.
 
 :func:`expert_action` is a pure function of its inputs and its random generator.
+
+:func:`expert_demonstration` instead plays a generated game's stored walkthrough (the planner's
+route, which knows where every object lies) on the engine and records what the agent saw.
 """
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
-__all__ = ["Goal", "parse_goal", "search_weights", "expert_action", "UNLIKELY_WEIGHT"]
+from creditaudit.errors import InputError
+from creditaudit.replay.envs.alfworld.games import GeneratedGame
+from creditaudit.replay.envs.alfworld.scenes import LAMP_HOLDERS, LAMP_TYPES
+from creditaudit.replay.envs.base import Task
+
+__all__ = ["Goal", "parse_goal", "search_weights", "expert_action", "UNLIKELY_WEIGHT", "ExpertStep",
+           "expert_demonstration", "expert_demonstrations"]
 
 # The goal templates of alfworld/gen/goal_library.py (one pair per task type).
 _GOALS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
@@ -93,14 +105,12 @@ def _holders() -> dict[str, frozenset[str]]:
     table, which the game generator places objects by; lamps by the generator's lamp holders)."""
     import alfworld.gen.constants as constants
 
-    from creditaudit.replay.alfworld_games import _LAMP_HOLDERS, _LAMP_TYPES
-
     out: dict[str, set[str]] = {}
     for recep, objs in constants.VAL_RECEPTACLE_OBJECTS.items():
         for obj in objs:
             out.setdefault(obj.lower(), set()).add(recep.lower())
-    for lamp in _LAMP_TYPES:
-        out[lamp.lower()] = {h.lower() for h in _LAMP_HOLDERS}
+    for lamp in LAMP_TYPES:
+        out[lamp.lower()] = {h.lower() for h in LAMP_HOLDERS}
     return {k: frozenset(v) for k, v in out.items()}
 
 
@@ -242,3 +252,93 @@ def expert_action(goal: str, observation: str, admissible: Sequence[str],
             return f"open {here}"
     target = first_of(parsed.recep)
     return f"go to {target}" if target is not None else go_next()
+
+
+# --------------------------------------------------------------------------- expert demonstrations
+
+
+@dataclass(frozen=True)
+class ExpertStep:
+    """One step of an expert demonstration: what the agent saw, what it could do, what it did."""
+
+    observation: str
+    admissible: tuple[str, ...]
+    action: str
+
+
+def _walkthrough_of(task: Task) -> list[str]:
+    try:
+        game = json.loads(Path(task.source).read_text())
+    except FileNotFoundError:
+        raise InputError(f"game file {task.source} does not exist") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{task.source} is not a valid game file (JSON error: {exc})") from None
+    walkthrough = game.get("walkthrough") if isinstance(game, dict) else None
+    if not walkthrough:
+        raise InputError(
+            f"{task.source} has no `walkthrough`: expert demonstrations need games written by the generator"
+        )
+    return list(walkthrough)
+
+
+def expert_demonstration(task: Task | GeneratedGame, *, env: Any = None) -> list[ExpertStep]:
+    """The expert demonstration of one game, played on the engine.
+
+    Parameters
+    ----------
+    task : Task or GeneratedGame
+        A generated game (its file carries the walkthrough).
+    env : AlfworldEnv, optional
+        Engine instance to play on (one is made and closed otherwise).
+
+    Returns
+    -------
+    list of ExpertStep
+        ``(observation text, admissible commands, expert action)`` along the walkthrough; the
+        first observation is the game's opening text.
+
+    Raises
+    ------
+    RuntimeError
+        If the walkthrough does not win on the engine (the game file was altered).
+    """
+    from creditaudit.replay.envs.alfworld.env import AlfworldEnv
+
+    if isinstance(task, GeneratedGame):
+        task = task.task
+    walkthrough = _walkthrough_of(task)
+    own = env is None
+    if own:
+        env = AlfworldEnv(horizon=max(len(walkthrough), 1))
+    try:
+        obs = env.reset(task)
+        text, admissible = obs.text, obs.admissible
+        steps = []
+        for action in walkthrough:
+            steps.append(ExpertStep(observation=text, admissible=admissible, action=action))
+            result = env.step(action)
+            text, admissible = result.text, result.admissible
+        if not env.won:
+            raise RuntimeError(f"{task.source}: the stored walkthrough does not win on the engine")
+        return steps
+    finally:
+        if own:
+            env.close()
+
+
+def expert_demonstrations(tasks: Iterable[Task | GeneratedGame], *, env: Any = None) -> dict[str, list[ExpertStep]]:
+    """:func:`expert_demonstration` of every task, keyed by task id (one engine instance)."""
+    from creditaudit.replay.envs.alfworld.env import AlfworldEnv
+
+    own = env is None
+    if own:
+        env = AlfworldEnv(horizon=1000)
+    try:
+        out = {}
+        for task in tasks:
+            t = task.task if isinstance(task, GeneratedGame) else task
+            out[t.task_id] = expert_demonstration(t, env=env)
+        return out
+    finally:
+        if own:
+            env.close()

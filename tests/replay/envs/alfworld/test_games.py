@@ -11,16 +11,7 @@ import pytest
 
 from creditaudit.errors import InputError
 from creditaudit.protocol.canonical import sha256_file
-from creditaudit.replay.alfworld_games import (
-    TASK_TYPES,
-    expert_demonstration,
-    expert_demonstrations,
-    floorplans_for,
-    game_task,
-    generate_games,
-    list_game_files,
-    load_tasks,
-)
+from creditaudit.replay.envs.alfworld import TASK_TYPES, floorplans_for, generate_games
 
 
 def test_rooms_that_host_each_task_type():
@@ -79,18 +70,6 @@ def test_all_six_task_types_are_generated_and_recorded(alfworld_games):
 
 
 @pytest.mark.slow
-def test_walkthroughs_win_on_the_engine(alfworld_games, alfworld_env):
-    demos = expert_demonstrations(alfworld_games.games, env=alfworld_env)
-    for game in alfworld_games.games:
-        steps = demos[game.task_id]
-        assert [s.action for s in steps] == list(game.walkthrough)
-        assert "Your task is to:" in steps[0].observation
-        for step in steps:
-            assert step.action in step.admissible  # every expert action is admissible where it is taken
-    assert alfworld_env.won and alfworld_env.done  # the last game played ends won
-
-
-@pytest.mark.slow
 def test_same_seed_gives_byte_identical_games_and_resume(tmp_path):
     kwargs = dict(task_types=["pick_and_place_simple", "look_at_obj_in_light"], games_per_type=1,
                   max_objects=10, max_receptacles=8)
@@ -133,44 +112,3 @@ def test_parallel_generation_writes_the_serial_games(tmp_path):
     assert parallel.resumed == len(serial.games)  # the workers wrote them; the main loop read them back
     for a, b in zip(serial.games, parallel.games):
         assert (a.path.parent / "traj_data.json").read_bytes() == (b.path.parent / "traj_data.json").read_bytes()
-
-
-@pytest.mark.slow
-def test_game_sources(alfworld_games, tmp_path, monkeypatch):
-    root = alfworld_games.games[0].path.parent.parent
-    assert list_game_files(root) == sorted(g.path for g in alfworld_games.games)
-    monkeypatch.setenv("ALFWORLD_DATA", str(root))
-    tasks = load_tasks()
-    assert sorted(t.task_id for t in tasks) == sorted(g.task_id for g in alfworld_games.games)
-    assert {t.task_type for t in tasks} == set(TASK_TYPES)
-    assert load_tasks(root, task_types=["look_at_obj_in_light"])[0].task_type == "look_at_obj_in_light"
-
-    monkeypatch.delenv("ALFWORLD_DATA")
-    with pytest.raises(InputError, match="ALFWORLD_DATA"):
-        list_game_files()
-    with pytest.raises(InputError, match="does not exist"):
-        list_game_files(tmp_path / "nowhere")
-    with pytest.raises(InputError, match="missing.tw-pddl does not exist"):
-        game_task(tmp_path / "missing.tw-pddl")
-    lone = tmp_path / "lone"
-    lone.mkdir()
-    shutil.copy(alfworld_games.games[0].path, lone / "game.tw-pddl")
-    with pytest.raises(InputError, match="traj_data.json is missing"):
-        game_task(lone / "game.tw-pddl")
-    assert game_task(lone / "game.tw-pddl", "pick_and_place_simple").task_id == alfworld_games.games[0].task_id
-
-
-@pytest.mark.slow
-def test_expert_demonstration_needs_a_walkthrough(alfworld_games, alfworld_env, tmp_path):
-    game = alfworld_games.games[0]
-    content = json.loads(game.path.read_text())
-    del content["walkthrough"]
-    path = tmp_path / "game.tw-pddl"
-    path.write_text(json.dumps(content))
-    task = game_task(path, game.task_type)
-    with pytest.raises(InputError, match="has no `walkthrough`"):
-        expert_demonstration(task, env=alfworld_env)
-    content["walkthrough"] = ["look"]
-    path.write_text(json.dumps(content))
-    with pytest.raises(RuntimeError, match="does not win"):
-        expert_demonstration(game_task(path, game.task_type), env=alfworld_env)

@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from creditaudit.replay.alfworld_env import AlfworldEnv
-from creditaudit.replay.policy import PromptBuilder, SampledAction
-from creditaudit.replay.replay import ReplaySettings, replay_trajectory
+from creditaudit.replay.engine import ReplaySettings, replay_trajectory
+from creditaudit.replay.envs.alfworld import AlfworldEnv
+from creditaudit.replay.policies import PromptBuilder, SampledAction
 
 
 class AdmissiblePolicy:

@@ -55,7 +55,7 @@ import numpy as np
 from creditaudit.errors import InputError
 from creditaudit.protocol.canonical import canonical_hash
 from creditaudit.registry import registry
-from creditaudit.replay.env import EpisodeOver, Observation, SnapshotError, StepResult, Task, signature_hash
+from creditaudit.replay.envs.base import EpisodeOver, Observation, SnapshotError, StepResult, Task, signature_hash
 
 __all__ = ["PlantedEnv", "PlantedLayout", "PlantedState", "PlantedSnapshot", "make_planted", "KINDS"]
 

@@ -14,7 +14,7 @@ State signature
     and the command (feedback and admissible commands are derived from the facts by the grammar),
     whether the game is won is a function of the facts and the goal, and ``done`` at the horizon
     is a function of the step count -- so ``(signature, action)`` determines the next
-    :class:`~creditaudit.replay.env.StepResult`. The previous command's text is not part of the
+    :class:`~creditaudit.replay.envs.base.StepResult`. The previous command's text is not part of the
     state: nothing the engine shows depends on it. The signature is conservative: bookkeeping
     facts such as ``checked`` (set by ``look`` / ``examine``) are included although no text
     depends on them, so a cache keyed on it never confuses two states, at the price of a few
@@ -32,16 +32,9 @@ Snapshots
     registry keeps every state visited while a game stays loaded (a few hundred bytes each).
 
 Text generation
-    textworld derives every observation and every admissible command from grammar templates. It
-    parses each template string with a TatSu (PEG) parser on every use, and deep-copies the
-    derivation context (entity records and variable bindings) at every symbol: together about
-    85% of a step's time. :func:`accelerate_textworld` (applied when an engine is loaded) keeps
-    the parsed form of each distinct string and hands out deep copies of it, and copies a
-    context's binding tables without cloning the entity records in them (the grammar only reads
-    them), and keeps what ``PddlEnv._gather_infos`` derives after each step (the admissible
-    commands' text) per planner state, which replay revisits often. The engine's output is
-    unchanged: a test plays the same commands, restores and revisits with and without it and
-    compares every observation, admissible list and state signature.
+    textworld parses grammar templates and copies derivation contexts at every symbol (most of a
+    step's time); :func:`~creditaudit.replay.envs.alfworld.textworld_accel.accelerate_textworld`
+    (applied when an engine is loaded) memoises that work without changing any output.
 
 Reset
     Resetting the game that is already loaded restores the state recorded right after the
@@ -51,23 +44,19 @@ Reset
 
 from __future__ import annotations
 
-import contextlib
-import copy
-import functools
-import json
 import re
 import sys
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from creditaudit.errors import InputError
 from creditaudit.protocol.canonical import sha256_bytes
 from creditaudit.registry import registry
-from creditaudit.replay.env import (
+from creditaudit.replay.envs.alfworld.game_files import read_game_file
+from creditaudit.replay.envs.alfworld.textworld_accel import accelerate_textworld
+from creditaudit.replay.envs.base import (
     EpisodeOver,
     Observation,
     SnapshotError,
@@ -76,161 +65,10 @@ from creditaudit.replay.env import (
     signature_hash,
 )
 
-__all__ = ["AlfworldEnv", "AlfworldSnapshot", "accelerate_textworld", "make_alfworld", "read_game_file",
-           "textworld_shortcuts"]
+__all__ = ["AlfworldEnv", "AlfworldSnapshot", "make_alfworld"]
 
-#: Distinct template strings kept parsed per parser (a generated game uses a few thousand).
-PARSE_MEMO_SIZE = 1 << 16
-_SHORTCUTS = {"enabled": True}
-#: What ``PddlEnv._gather_infos`` computes from the planner state alone (its memo's content).
-_STATE_INFOS = ("command_templates", "won", "lost", "_entity_infos", "_facts", "facts", "_valid_actions",
-                "_valid_commands", "admissible_commands")
-
-
-def accelerate_textworld() -> None:
-    """Two shortcuts in textworld's text generation that change nothing it produces.
-
-    * Memoised parsers: ``textworld.envs.pddl.textgen`` and ``textworld.logic`` parse strings
-      through a module-level ``_parse_and_convert(text, rule_name=...)`` that returns freshly
-      built objects the caller then mutates (contexts are attached to the symbols). The memo
-      keeps one parsed object per distinct call and returns a deep copy of it, which is what a
-      fresh parse returns.
-    * ``textgen.copy_context`` deep-copies the ``variables`` (placeholder -> the environment's
-      own entity records) and ``mapping`` (placeholder -> logic variable) tables of a derivation
-      context at every symbol. The grammar only reads the records and variables, and only ever
-      adds entries to a copied table, so copying the tables one level deep is equivalent.
-
-    * ``PddlEnv._gather_infos`` re-derives, after every step, the command text of every
-      applicable action through the grammar (most of a step's time). What it computes -- the
-      goal test, the fact list, the applicable actions and their commands, and the planner's
-      operator table that the next ``apply`` reads -- is a function of the planner state, which
-      the planner's state registry names by an id. The memo keeps them per state id, for one
-      ``PddlState`` (a load or reset starts a new one), and hands out fresh list copies; what
-      belongs to the step (the last action, the move count) is always set anew.
-
-    Idempotent; :func:`textworld_shortcuts` switches all three off (for the equivalence test).
-    """
-    import textworld.envs.pddl.pddl as pddl
-    import textworld.envs.pddl.textgen as textgen
-
-    if not getattr(pddl.PddlEnv._gather_infos, "_creditaudit_memo", False):
-        original_gather = pddl.PddlEnv._gather_infos
-
-        def _gather_infos(self: Any, _gather=original_gather) -> None:
-            infos = self.request_infos
-            if not _SHORTCUTS["enabled"] or infos.policy_commands:  # a replan is not a state function here
-                return _gather(self)
-            ps = self._pddl_state
-            owner, memo = self.__dict__.get("_creditaudit_infos", (None, None))
-            if owner is not ps:
-                memo = {}
-                self._creditaudit_infos = (ps, memo)
-            state_id = int(self.downward_lib.get_state_id())
-            entry = memo.get(state_id)
-            if entry is None:
-                _gather(self)
-                entry = memo[state_id] = (
-                    {k: self.state[k] for k in _STATE_INFOS if k in self.state}, dict(ps._operators),
-                )
-            else:
-                for key, value in entry[0].items():
-                    self.state[key] = list(value) if isinstance(value, list) else dict(value) if isinstance(value, dict) else value
-                ps._operators = dict(entry[1])
-                self.state["last_action"] = None
-                self.state["_last_action"] = self._last_action
-                if infos.moves:
-                    self.state["moves"] = self._moves
-
-        _gather_infos._creditaudit_memo = True  # type: ignore[attr-defined]
-        _gather_infos.__wrapped__ = original_gather  # type: ignore[attr-defined]
-        pddl.PddlEnv._gather_infos = _gather_infos
-    import textworld.logic as logic
-
-    if not getattr(textgen.copy_context, "_creditaudit_shortcut", False):
-        original_copy = textgen.copy_context
-
-        def copy_context(context: dict, _copy=original_copy) -> dict:
-            if not _SHORTCUTS["enabled"]:
-                return _copy(context)
-            return {
-                "state": context["state"],
-                "facts": context["facts"],
-                "variables": dict(context["variables"]),
-                "mapping": dict(context["mapping"]),
-                "entity_infos": context["entity_infos"],
-            }
-
-        copy_context._creditaudit_shortcut = True  # type: ignore[attr-defined]
-        copy_context.__wrapped__ = original_copy  # type: ignore[attr-defined]
-        textgen.copy_context = copy_context
-
-    for module in (textgen, logic):
-        original = module._parse_and_convert
-        if getattr(original, "_creditaudit_memo", False):
-            continue
-
-        @functools.lru_cache(maxsize=PARSE_MEMO_SIZE)
-        def parsed(args: tuple, kwargs: tuple, _parse=original) -> Any:
-            return _parse(*args, **dict(kwargs))
-
-        def memoized(*args: Any, _parse=original, _parsed=parsed, **kwargs: Any) -> Any:
-            if not _SHORTCUTS["enabled"]:
-                return _parse(*args, **kwargs)
-            try:
-                key = (args, tuple(sorted(kwargs.items())))
-                hash(key)
-            except TypeError:  # an unhashable argument: parse as textworld does
-                return _parse(*args, **kwargs)
-            return copy.deepcopy(_parsed(*key))
-
-        memoized._creditaudit_memo = True  # type: ignore[attr-defined]
-        memoized.__wrapped__ = original  # type: ignore[attr-defined]
-        module._parse_and_convert = memoized
-
-
-@contextlib.contextmanager
-def textworld_shortcuts(enabled: bool) -> Iterator[None]:
-    """Within the block, :func:`accelerate_textworld`'s shortcuts are on or bypassed."""
-    previous = _SHORTCUTS["enabled"]
-    _SHORTCUTS["enabled"] = bool(enabled)
-    try:
-        yield
-    finally:
-        _SHORTCUTS["enabled"] = previous
-
-_REQUIRED_KEYS = ("pddl_domain", "grammar", "pddl_problem")
 _GOAL = re.compile(r"Your task is to:\s*(.*?)\s*$", re.S)
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
-
-
-def read_game_file(path: str | Path) -> tuple[bytes, dict[str, Any]]:
-    """Read and check an ALFWorld game file; return its bytes and parsed JSON.
-
-    Raises
-    ------
-    InputError
-        When the file is missing, unreadable, not JSON, or lacks a field the engine needs; the
-        message names the file.
-    """
-    path = Path(path)
-    if not path.name.endswith(".tw-pddl"):
-        raise InputError(f"{path}: an ALFWorld game file must end in .tw-pddl (the engine picks its backend by suffix)")
-    try:
-        payload = path.read_bytes()
-    except FileNotFoundError:
-        raise InputError(f"game file {path} does not exist; check the task list / data directory") from None
-    except OSError as exc:
-        raise InputError(f"game file {path} cannot be read ({exc})") from None
-    try:
-        game = json.loads(payload)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"game file {path} is corrupt: not JSON ({exc}); regenerate or re-download it") from None
-    if not isinstance(game, dict):
-        raise InputError(f"game file {path} is corrupt: expected a JSON object")
-    missing = [k for k in _REQUIRED_KEYS if not isinstance(game.get(k), str) or not game.get(k)]
-    if missing:
-        raise InputError(f"game file {path} is corrupt: missing or empty field(s) {', '.join(missing)}")
-    return payload, game
 
 
 @dataclass(frozen=True, eq=False)
@@ -270,7 +108,7 @@ class AlfworldEnv:
 
     Examples
     --------
-    A generated game (see :func:`~creditaudit.replay.alfworld_games.generate_games`)::
+    A generated game (see :func:`~creditaudit.replay.envs.alfworld.games.generate_games`)::
 
         env = AlfworldEnv(horizon=30)
         obs = env.reset(game.task)          # obs.goal, obs.text, obs.admissible
