@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     from creditaudit.replay.collect import load_run_policy, read_trajectories
     from creditaudit.replay.compute import stored_numerics
     from creditaudit.signals.base import SignalContext, trajectories_from_table
-    from creditaudit.signals.prover import proposer_table
+    from creditaudit.signals.families.prover import proposer_table
 
     frozen = require_frozen(args.run / "protocol.yaml")
     spec = next(s for s in frozen.protocol.signals if s.family == "prover")

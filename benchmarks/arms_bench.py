@@ -67,7 +67,7 @@ def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from helpers import train_planted_policy
 
-    from creditaudit.protocol.cli import pin_policy_text
+    from creditaudit.cli.protocol import pin_policy_text
     from creditaudit.protocol.io import default_template_text
     from creditaudit.protocol.lock import freeze
     from creditaudit.protocol.signing import generate_keypair, load_signer

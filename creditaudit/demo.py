@@ -124,7 +124,7 @@ def run_demo(run: Path, *, quiet: bool = False, overrides: dict[str, Any] | None
     if through not in DEMO_STAGES:
         raise ValueError(f"`through` must be one of {DEMO_STAGES}; got {through!r}")
     from creditaudit.progress import progress_bars
-    from creditaudit.protocol.cli import pin_policy_text
+    from creditaudit.cli.protocol import pin_policy_text
     from creditaudit.protocol.io import load_protocol
     from creditaudit.protocol.lock import freeze, lock_path_for, policy_dir, verify
     from creditaudit.protocol.signing import PRIVATE_KEY_NAME, generate_keypair, load_signer

@@ -49,7 +49,7 @@ def train_planted_policy(directory: Path, *, hidden_size: int = 32, num_layers: 
             if result.done:
                 break
     from creditaudit.replay.policies import format_hindsight
-    from creditaudit.signals import judge as judge_module
+    from creditaudit.signals.families import judge as judge_module
 
     # the judge's prompt words and its choices "1", "0", "-1", so the same policy can judge
     texts += ["nothing happens .", "score of turn 0 : -1 0 1", judge_module._INSTRUCTION, judge_module._HTTP_ANSWER,
@@ -89,7 +89,7 @@ CONTROLS = [
 def make_run(root: Path, policy_dir: Path, *, signals=None, controls=None, n_tasks=2, group=2,
              collect_now: bool = True) -> tuple[Path, object]:
     """A frozen planted-environment run directory (collected unless ``collect_now`` is False)."""
-    from creditaudit.protocol.cli import pin_plugins_text, pin_policy_text
+    from creditaudit.cli.protocol import pin_plugins_text, pin_policy_text
     from creditaudit.protocol.io import default_template_text, parse_protocol
     from creditaudit.protocol.lock import freeze
     from creditaudit.protocol.signing import generate_keypair, load_signer

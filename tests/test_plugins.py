@@ -159,7 +159,7 @@ def test_an_unpinned_third_party_plugin_cannot_be_frozen(tmp_path, third_party, 
 
     from helpers import CONTROLS, SIGNALS
 
-    from creditaudit.protocol.cli import pin_policy_text
+    from creditaudit.cli.protocol import pin_policy_text
     from creditaudit.protocol.io import default_template_text
     from creditaudit.protocol.lock import freeze
     from creditaudit.protocol.signing import generate_keypair, load_signer

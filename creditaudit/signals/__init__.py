@@ -1,16 +1,16 @@
 """creditaudit.signals — per-turn credit from every family the protocol names, and its controls.
 
 Families are registered factories (``registry("signal")``) whose arguments are the protocol's
-constants: ``implicit`` (HCAPO rho_t, :mod:`~creditaudit.signals.implicit`), ``judge`` (TARL,
-:mod:`~creditaudit.signals.judge`), ``confidence`` (:mod:`~creditaudit.signals.confidence`),
-``grpo``/``rloo`` (:mod:`~creditaudit.signals.advantages`), ``prover`` (ProVer,
-:mod:`~creditaudit.signals.prover`), ``vict`` (VICT on ALFWorld, :mod:`~creditaudit.signals.vict` over
-the instrumentation in :mod:`~creditaudit.signals.vict_atoms`). Controls are in
+constants: ``implicit`` (HCAPO rho_t, :mod:`~creditaudit.signals.families.implicit`), ``judge`` (TARL,
+:mod:`~creditaudit.signals.families.judge`), ``confidence`` (:mod:`~creditaudit.signals.families.confidence`),
+``grpo``/``rloo`` (:mod:`~creditaudit.signals.families.advantages`), ``prover`` (ProVer,
+:mod:`~creditaudit.signals.families.prover`), ``vict`` (VICT on ALFWorld, :mod:`~creditaudit.signals.families.vict` over
+the instrumentation in :mod:`~creditaudit.signals.families.vict.atoms`). Controls are in
 :mod:`~creditaudit.signals.controls`, the confidence router in :mod:`~creditaudit.signals.router`,
 and the stage (``creditaudit signals``) in :mod:`~creditaudit.signals.stage`.
 """
 
-from creditaudit.signals.advantages import grpo_advantages, rloo_advantages, zscore
+from creditaudit.signals.families.advantages import grpo_advantages, rloo_advantages, zscore
 from creditaudit.signals.base import (
     CREDIT_SCHEMA,
     CreditFamily,
@@ -22,18 +22,18 @@ from creditaudit.signals.base import (
     make_family,
     trajectories_from_table,
 )
-from creditaudit.signals.confidence import geometric_mean_probability
-from creditaudit.signals.prover import (
+from creditaudit.signals.families.confidence import geometric_mean_probability
+from creditaudit.signals.families.prover import (
     ProverFamily,
     candidate_segments,
     is_eligible,
     proposer_table,
     segment_estimate,
 )
-from creditaudit.signals.vict import VictFamily, exhaustive_core, greedy_core, robust_normalise, vict_group
-from creditaudit.signals.vict_atoms import instrument as vict_instrument
+from creditaudit.signals.families.vict.family import VictFamily, exhaustive_core, greedy_core, robust_normalise, vict_group
+from creditaudit.signals.families.vict.atoms import instrument as vict_instrument
 from creditaudit.signals.controls import changed_share, inverted_control, null_control, shuffle_control, shuffle_values
-from creditaudit.signals.implicit import (
+from creditaudit.signals.families.implicit import (
     HCAPOAdvantage,
     backward_smoothing,
     hcapo_advantages,
@@ -43,7 +43,7 @@ from creditaudit.signals.implicit import (
     multiscale_advantage,
     pi_hind,
 )
-from creditaudit.signals.judge import (
+from creditaudit.signals.families.judge import (
     JUDGE_CHOICES,
     HttpJudge,
     JudgeVerdict,

@@ -138,7 +138,7 @@ def run_signals(
     from creditaudit.replay.stage import SUMMARY as REPLAY_SUMMARY
     from creditaudit.replay.stage import TURNS as REPLAY_TURNS
     from creditaudit.replay.stage import read_replay
-    from creditaudit.signals.judge import judge_agreement
+    from creditaudit.signals.families.judge import judge_agreement
     from creditaudit.signals.router import router_report
 
     frozen = require_frozen(protocol_path)
@@ -156,7 +156,7 @@ def run_signals(
         inputs += [run_dir / REPLAY_TURNS, run_dir / REPLAY_SUMMARY]
     needs = set().union(*(f.needs for f in families))
     if "environment" in needs:  # a family that executes the environment: task list and games are inputs
-        from creditaudit.signals.prover import replay_inputs
+        from creditaudit.signals.families.prover import replay_inputs
 
         inputs += [p for p in replay_inputs(run_dir, protocol) if p not in inputs]
     if "policy" in needs:

@@ -1,7 +1,7 @@
 """The seven arms' credit rules: how each arm turns a task group's credit into per-turn weights.
 
 Every arm trains on the same GRPO advantage ``A_i`` (the group z-score of the outcomes of task
-group's ``G`` rollouts, :func:`creditaudit.signals.advantages.grpo_advantages`) and multiplies it,
+group's ``G`` rollouts, :func:`creditaudit.signals.families.advantages.grpo_advantages`) and multiplies it,
 turn by turn, by a weight ``w_{i,t}`` from its own rule; the effective per-turn advantage is
 ``a_{i,t} = w_{i,t} * A_i``. A sample (turn) whose ``a_{i,t}`` is zero carries no gradient and
 is dropped before the update, so rules that zero many weights buy fewer optimizer steps (the
@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from creditaudit.signals.advantages import grpo_advantages
+from creditaudit.signals.families.advantages import grpo_advantages
 from creditaudit.signals.controls import shuffle_values
 
 __all__ = ["ARM_NAMES", "ArmRule", "GroupCredit", "arm_rule", "effective_advantages"]

@@ -7,7 +7,7 @@ import yaml
 
 from creditaudit.errors import CheckFailed, InputError
 from creditaudit.protocol.canonical import canonical_bytes
-from creditaudit.protocol.cli import render_template
+from creditaudit.cli.protocol import render_template
 from creditaudit.protocol.diff import flatten
 from creditaudit.protocol.io import protocol_dict, protocol_from_dict
 from creditaudit.protocol.lock import (

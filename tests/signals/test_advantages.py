@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from creditaudit.signals.advantages import BaseAdvantageFamily, grpo_advantages, rloo_advantages, zscore
+from creditaudit.signals.families.advantages import BaseAdvantageFamily, grpo_advantages, rloo_advantages, zscore
 
 
 def test_grpo_by_hand():

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from creditaudit.signals.confidence import ConfidenceFamily, geometric_mean_probability
+from creditaudit.signals.families.confidence import ConfidenceFamily, geometric_mean_probability
 
 
 def test_geometric_mean_by_hand():

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from creditaudit.signals.implicit import (
+from creditaudit.signals.families.implicit import (
     ImplicitFamily,
     backward_smoothing,
     hcapo_advantages,

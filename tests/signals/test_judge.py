@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from creditaudit.errors import InputError
-from creditaudit.signals.judge import (
+from creditaudit.signals.families.judge import (
     HttpJudge,
     JudgeFamily,
     LocalJudge,

@@ -11,7 +11,7 @@ import pytest
 
 from creditaudit.errors import InputError
 from creditaudit.signals.base import SignalContext, reasons_of, trajectories_from_table
-from creditaudit.signals.prover import (
+from creditaudit.signals.families.prover import (
     ProverFamily,
     candidate_segments,
     is_eligible,
@@ -52,7 +52,7 @@ def make_planted_run(root, policy_dir, *, signals, n_tasks, group, environment):
 
     import yaml
 
-    from creditaudit.protocol.cli import pin_policy_text
+    from creditaudit.cli.protocol import pin_policy_text
     from creditaudit.protocol.io import default_template_text
     from creditaudit.protocol.lock import freeze
     from creditaudit.protocol.signing import generate_keypair, load_signer
@@ -239,7 +239,7 @@ def test_random_proposer_accepts_less_often_than_the_oracle_and_the_table(prover
 
 def test_a_boundary_that_does_not_restore_abstains(prover_run, monkeypatch):
     *_, context = prover_run
-    from creditaudit.signals import prover as module
+    from creditaudit.signals.families import prover as module
 
     real = module._recorded
 

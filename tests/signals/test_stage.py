@@ -17,7 +17,7 @@ from creditaudit.protocol.links import verify_links
 from creditaudit.protocol.lock import require_frozen
 from creditaudit.replay.collect import TRAJECTORIES
 from creditaudit.signals.base import CREDIT_SCHEMA
-from creditaudit.signals.cli import signals_command
+from creditaudit.cli.signals import signals_command
 from creditaudit.signals.stage import CREDIT, DIAGNOSTICS_DIR, SUMMARY, read_credit, run_signals
 
 
@@ -121,7 +121,7 @@ def test_cli_runs_the_stage(signals_run):
 def test_refuses_a_family_without_a_registered_factory(tmp_path, judgeable_policy_dir, run_factory, signal_set,
                                                        monkeypatch):
     # A family whose plug-in is not installed (here: hidden from discovery after the freeze) must
-    # be refused before any credit is written, never stubbed.
+    # be refused before any credit is written, never stubbed: the pin check names it first.
     from creditaudit import plugins
     from creditaudit.errors import CreditAuditError
 
@@ -131,7 +131,7 @@ def test_refuses_a_family_without_a_registered_factory(tmp_path, judgeable_polic
     run, signer = run_factory(tmp_path, judgeable_policy_dir, signals=signals, controls=controls, collect_now=False)
     installed = {k: v for k, v in plugins.plugins("family").items() if k != "prover"}
     monkeypatch.setitem(plugins._CACHE, "family", installed)
-    with pytest.raises(CreditAuditError, match=r"unknown family 'prover'; installed: .*creditaudit.families"):
+    with pytest.raises(CreditAuditError, match=r"family plugin 'prover' .*is pinned but not installed"):
         run_signals(run / "protocol.yaml", signer)
     assert not (run / "signals").exists()
 

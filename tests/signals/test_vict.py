@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from creditaudit.signals.base import Trajectory, TurnRecord, reasons_of
-from creditaudit.signals.vict import (
+from creditaudit.signals.families.vict import (
     VictFamily,
     calibrate,
     closure,
@@ -21,7 +21,7 @@ from creditaudit.signals.vict import (
     loo_margins,
     robust_normalise,
 )
-from creditaudit.signals.vict_atoms import Instrumentation, annotate, instrument, mutations, run_trace
+from creditaudit.signals.families.vict.atoms import Instrumentation, annotate, instrument, mutations, run_trace
 
 GAME_SEED = 20261202
 
@@ -268,7 +268,7 @@ def test_a_task_type_without_instrumentation_gets_none():
 
 
 def test_an_atom_family_inconsistent_with_the_dependencies_is_masked():
-    from creditaudit.signals.vict_atoms import Trace, conformance
+    from creditaudit.signals.families.vict.atoms import Trace, conformance
 
     inst = Instrumentation(
         task_type="pick_and_place_simple", obj_type="pot", recep_type="fridge", transform=None,

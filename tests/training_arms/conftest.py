@@ -45,7 +45,7 @@ def make_arms_run(root: Path, policy_dir: Path, *, arms: dict | None = None, n_t
                   signals_now: bool = True, permutations: int = 199, signals: list | None = None,
                   controls: list | None = None) -> tuple[Path, object]:
     """A frozen planted run (collected, with credit) whose protocol carries ``arms``."""
-    from creditaudit.protocol.cli import pin_policy_text
+    from creditaudit.cli.protocol import pin_policy_text
     from creditaudit.protocol.io import default_template_text
     from creditaudit.protocol.lock import freeze
     from creditaudit.protocol.signing import generate_keypair, load_signer

@@ -35,7 +35,7 @@ def _reasons_text(reasons: dict[str, int]) -> str:
           description="Abstention shares and reasons, shuffle-control strength, judge-vs-judge agreement.")
 def signals_entries(ctx: ProducerContext) -> list[Value]:
     from creditaudit.signals.controls import changed_share
-    from creditaudit.signals.judge import judge_agreement
+    from creditaudit.signals.families.judge import judge_agreement
 
     protocol = ctx.protocol
     frames = credit_frames(ctx.table("signals.credit").to_pandas())

@@ -431,7 +431,7 @@ class JudgeProposer:
 
     def propose(self, request: ProposalRequest) -> Proposal:
         if self._judge is None:
-            from creditaudit.signals.judge import _local_model
+            from creditaudit.signals.families.judge import _local_model
 
             model, judge_id, _ = _local_model(request.context, "policy")
             self._judge = LocalSegmentJudge(model, judge_id=judge_id)

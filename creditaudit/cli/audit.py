@@ -15,7 +15,7 @@ def audit_command(
     """Fidelity audit: every family and control against the replay truth, verdicts through the frozen order."""
     from creditaudit.audit.stage import SUMMARY_MD, run_audit
     from creditaudit.protocol.signing import load_signer
-    from creditaudit.replay.cli import protocol_in
+    from creditaudit.cli.replay import protocol_in
 
     doc = run_audit(protocol_in(run), load_signer(run / "keys" / "creditaudit.key"))
     for sentence in doc.sentences.values():

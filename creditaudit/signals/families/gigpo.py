@@ -35,7 +35,7 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field
 
-from creditaudit.signals.advantages import GRPO_EPS
+from creditaudit.signals.families.advantages import GRPO_EPS
 from creditaudit.signals.base import FamilyBase, FamilyOutput, SignalContext, Trajectory, credit_frame
 
 __all__ = ["discounted_returns", "gigpo_group", "GigpoGroup", "GigpoFamily", "gigpo_family"]

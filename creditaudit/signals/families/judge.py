@@ -215,7 +215,7 @@ def parse_judge_answer(text: str, *, n_turns: int, max_negative: int = 1) -> lis
     >>> parse_judge_answer('{"scores": [-1, -1]}', n_turns=2)
     Traceback (most recent call last):
     ...
-    creditaudit.signals.judge.MalformedAnswer: 2 scores of -1; at most 1 allowed
+    creditaudit.signals.families.judge.MalformedAnswer: 2 scores of -1; at most 1 allowed
     """
     if not isinstance(text, str):
         raise MalformedAnswer("the answer is not text")

@@ -1,6 +1,6 @@
 """VICT: verifier-instrumented credit tracing (ALFWorld), over task groups of G rollouts.
 
-Per trajectory ``i`` of a task group (the instrumentation is :mod:`creditaudit.signals.vict_atoms`):
+Per trajectory ``i`` of a task group (the instrumentation is :mod:`creditaudit.signals.families.vict.atoms`):
 
 1. Replay the collected actions on the engine from ``env.reset(task)``, checking every state's
    signature against the recorded one (``replay_mismatch`` otherwise), and annotate every state
@@ -55,9 +55,9 @@ import numpy as np
 from pydantic import Field
 import pyarrow as pa
 
-from creditaudit.signals.advantages import grpo_advantages
+from creditaudit.signals.families.advantages import grpo_advantages
 from creditaudit.signals.base import FamilyBase, FamilyOutput, SignalContext, Trajectory, credit_frame
-from creditaudit.signals.vict_atoms import Edge, Instrumentation, Trace, annotate, conformance, run_trace, witness_edges
+from creditaudit.signals.families.vict.atoms import Edge, Instrumentation, Trace, annotate, conformance, run_trace, witness_edges
 
 __all__ = [
     "direction",
@@ -446,8 +446,8 @@ class VictFamily(FamilyBase):
 
     def compute(self, context: SignalContext) -> FamilyOutput:
         from creditaudit.replay.tasks import make_environment, task_for
-        from creditaudit.signals.prover import _recorded
-        from creditaudit.signals.vict_atoms import instrument, read_game
+        from creditaudit.signals.families.prover import _recorded
+        from creditaudit.signals.families.vict.atoms import instrument, read_game
 
         groups: dict[str, list[Trajectory]] = {}
         for traj in context.trajectories:

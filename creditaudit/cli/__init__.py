@@ -50,24 +50,24 @@ def _root(
 
 
 def _register_stages() -> None:
-    from creditaudit.protocol.cli import app as protocol_app
-    from creditaudit.replay.cli import collect_command, games_command, policy_app, replay_command
+    from creditaudit.cli.protocol import app as protocol_app
+    from creditaudit.cli.replay import collect_command, games_command, policy_app, replay_command
 
     app.add_typer(protocol_app, name="protocol")
     app.add_typer(policy_app, name="policy")
     app.command(name="games")(games_command)
     app.command(name="collect")(collect_command)
     app.command(name="replay")(replay_command)
-    from creditaudit.signals.cli import signals_command
-    from creditaudit.audit.cli import audit_command
+    from creditaudit.cli.signals import signals_command
+    from creditaudit.cli.audit import audit_command
 
     app.command(name="signals")(signals_command)
     app.command(name="audit")(audit_command)
-    from creditaudit.ledger.cli import ledger_app, report_command
+    from creditaudit.cli.ledger import ledger_app, report_command
 
     app.add_typer(ledger_app, name="ledger")
     app.command(name="report")(report_command)
-    from creditaudit.training_arms.cli import arms_command
+    from creditaudit.cli.arms import arms_command
 
     app.command(name="arms")(arms_command)
 

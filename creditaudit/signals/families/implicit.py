@@ -27,7 +27,7 @@ version):
   ``Q~_t = (1 - alpha) Q_t + alpha Q~_{t+1}``;
 * ``z(Q)`` standardises the smoothed Q over every turn of every trajectory of the task group
   (population standard deviation, zeros when constant); ``z_group(R)`` is the GRPO z-score of
-  the group's outcomes (:func:`creditaudit.signals.advantages.grpo_advantages`);
+  the group's outcomes (:func:`creditaudit.signals.families.advantages.grpo_advantages`);
 * do-no-harm: in a successful trajectory (``R > 0``) a negative micro term ``omega * z(Q)_t`` is
   set to 0; failed trajectories keep it.
 """
@@ -44,7 +44,7 @@ import pyarrow as pa
 from pydantic import Field
 
 from creditaudit.protocol.canonical import sha256_bytes
-from creditaudit.signals.advantages import grpo_advantages
+from creditaudit.signals.families.advantages import grpo_advantages
 from creditaudit.signals.base import FamilyBase, FamilyOutput, SignalContext, Trajectory, credit_frame
 
 __all__ = [

@@ -20,7 +20,7 @@ def arms_command(
     Resumable: rerunning keeps finished checkpoints and trains the rest.
     """
     from creditaudit.protocol.signing import load_signer
-    from creditaudit.replay.cli import protocol_in
+    from creditaudit.cli.replay import protocol_in
     from creditaudit.training_arms.stage import SUMMARY_MD, run_arms
 
     protocol = protocol_in(run)
