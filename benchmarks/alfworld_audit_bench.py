@@ -28,17 +28,13 @@ import json
 import time
 from pathlib import Path
 
+from creditaudit.papers import paper_values
+
 ROOT = Path(__file__).resolve().parent
 
-#: The papers' figures, beside which the run's are printed.
-PAPER = {
-    "measurability": {"share_pivotal": 0.305, "share_sigma_floor_zero": 0.860, "share_no_counterfactual": 0.131},
-    "audit_rho": {"implicit": [0.0193, -0.109, 0.081], "judge": [0.1142, 0.027, 0.168]},
-    "fluency_echo": 0.752,
-    "vict": {"proof_coverage": [0.849, 0.924], "abstention": [0.081, 0.158], "nonzero_actions": [0.117, 0.186]},
-    "prover": {"judge_acceptance": [0.585, 0.724], "random_acceptance": 0.195,
-               "judge_segment": [1.03, 1.45], "random_segment": 2.38},
-}
+#: The papers' figures, beside which the run's are printed (typed once, in creditaudit/papers.yaml).
+PAPER = {name.removeprefix("paper."): v.value for name, v in sorted(paper_values().items())
+         if name.split(".")[1] in ("measurability", "audit_rho", "fluency", "vict", "prover")}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -256,6 +256,8 @@ def demo_command(
 ) -> None:
     """Run the end-to-end demo on the embedded default (resumable): protocol, policy, games, collect, replay,
     signals, audit, arms, ledger, report."""
+    from creditaudit.papers import measurability_text
+
     report = run_demo(run, quiet=quiet)
     collect = report["collect"]
     mmap = report["measurability"]
@@ -278,7 +280,7 @@ def demo_command(
     )
     typer.echo(
         f"measurability: pivotal {fmt(mmap['share_pivotal'])}, sigma_floor = 0 {fmt(mmap['share_sigma_floor_zero'])}, "
-        f"no counterfactual {fmt(mmap['share_no_counterfactual'])} (paper: 0.305 / 0.860 / 0.131)"
+        f"no counterfactual {fmt(mmap['share_no_counterfactual'])} (paper: {measurability_text()})"
     )
     typer.echo(mmap["resolution_statement"])
     for sentence in report["verdicts"].values():

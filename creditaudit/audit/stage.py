@@ -16,6 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from creditaudit.artifacts import write_bytes_atomic
 from creditaudit.audit.core import AuditResult, audit_tables, verdict_sentence
+from creditaudit.figures import audit_figures
+from creditaudit.papers import measurability_text, paper_text
 from creditaudit.protocol.canonical import canonical_bytes, to_json_value
 from creditaudit.protocol.links import StageLink
 from creditaudit.protocol.lock import FrozenProtocol, require_frozen
@@ -63,83 +65,6 @@ def read_credit(frozen: FrozenProtocol) -> pd.DataFrame:
     return read_credit_table(frozen).to_pandas()
 
 
-def _figures(result: AuditResult, measurability: dict[str, Any], protocol: Any, out_dir: Path,
-             fluency_frame: pd.DataFrame | None) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
-    meta = {"Software": None}
-
-    # forest plot: each family with its controls, null controls at the bottom
-    rows: list[tuple[str, Any]] = []
-    for signal in protocol.signals:
-        rows.append((signal.name, result.subjects[signal.name]))
-        for control in protocol.controls:
-            if control.of == signal.name:
-                rows.append((f"  {control.name}", result.subjects[control.name]))
-    for control in protocol.controls:
-        if control.of is None:
-            rows.append((control.name, result.subjects[control.name]))
-    fig, ax = plt.subplots(figsize=(7, 0.35 * len(rows) + 1.2))
-    for y, (label, s) in enumerate(reversed(rows)):
-        if s.estimate is None:
-            ax.text(0, y, "undefined", va="center", ha="center", fontsize=7, color="grey")
-            continue
-        colour = "black" if not label.startswith(" ") and s.kind == "family" else "tab:grey"
-        ax.plot([s.ci_low, s.ci_high], [y, y], color=colour, lw=2)
-        ax.plot([s.estimate], [y], "o", color=colour)
-    ax.set_yticks(range(len(rows)), [label for label, _ in reversed(rows)], fontsize=8)
-    ax.axvline(0, color="tab:red", lw=0.8, ls="--")
-    rho_min = next((g.when.value for g in protocol.hypotheses.gates if g.id == "H1" and hasattr(g.when, "value")), None)
-    if rho_min is not None:
-        ax.axvline(rho_min, color="tab:green", lw=0.8, ls=":")
-    ax.set_xlabel("median within-trajectory Spearman(credit, A_replay), 95% cluster bootstrap CI")
-    ax.set_title("Fidelity of each family against its controls")
-    fig.tight_layout()
-    path = out_dir / "forest.png"
-    fig.savefig(path, dpi=110, metadata=meta)
-    plt.close(fig)
-    paths.append(path)
-
-    # measurability map
-    labels = ["pivotal\n(of complete)", "sigma_floor = 0\n(of complete)", "no counterfactual\n(of turns)"]
-    values = [measurability.get("share_pivotal"), measurability.get("share_sigma_floor_zero"),
-              measurability.get("share_no_counterfactual")]
-    fig, ax = plt.subplots(figsize=(6, 3.2))
-    ax.bar(labels, [v if v is not None else 0 for v in values], color=["tab:blue", "tab:orange", "tab:grey"])
-    ax.scatter(labels, [0.305, 0.860, 0.131], color="black", marker="_", s=400, zorder=3, label="paper (Qwen)")
-    ax.set_ylim(0, 1)
-    ax.set_ylabel("share")
-    ax.legend(fontsize=8)
-    ax.set_title("Measurability map")
-    fig.tight_layout()
-    path = out_dir / "measurability.png"
-    fig.savefig(path, dpi=110, metadata=meta)
-    plt.close(fig)
-    paths.append(path)
-
-    # fluency echo
-    if fluency_frame is not None and len(fluency_frame):
-        fig, ax = plt.subplots(figsize=(5, 4))
-        pivotal = fluency_frame.pivotal.astype(bool)
-        ax.scatter(fluency_frame.fluency[~pivotal], fluency_frame.credit[~pivotal], s=8, alpha=0.6, label="not pivotal")
-        ax.scatter(fluency_frame.fluency[pivotal], fluency_frame.credit[pivotal], s=8, alpha=0.8, label="pivotal")
-        ax.set_xlabel("action fluency (mean policy log-prob)")
-        ax.set_ylabel("implicit credit (rho_t)")
-        ax.legend(fontsize=8)
-        ax.set_title("Fluency echo")
-        fig.tight_layout()
-        path = out_dir / "fluency_echo.png"
-        fig.savefig(path, dpi=110, metadata=meta)
-        plt.close(fig)
-        paths.append(path)
-    return paths
-
-
 def _fmt(value: Any, spec: str = "+.3f") -> str:
     return "—" if value is None else format(value, spec)
 
@@ -169,24 +94,25 @@ def _markdown(doc: AuditDocument, result: AuditResult, protocol: Any) -> str:
         lines += ["", "## Fluency echo (T3)", ""]
         if echo.get("estimate") is not None:
             lines.append(f"Median within-trajectory Spearman(implicit credit, fluency) {echo['estimate']:+.3f} "
-                         f"[{echo['ci'][0]:+.3f}, {echo['ci'][1]:+.3f}] (paper: +0.752).")
+                         f"[{echo['ci'][0]:+.3f}, {echo['ci'][1]:+.3f}] (paper: {paper_text('paper.fluency.echo')}).")
         else:
             lines.append(f"Undefined on this data ({f['n_turns']} included turns with fluency): inconclusive, "
                          "not measured.")
         if f.get("regression"):
             r = f["regression"]
             lines.append(f"Joint regression (standardised): fluency {r['beta_fluency']:+.3f}, causal increment "
-                         f"{r['beta_a_replay']:+.3f} (paper: 0.955 vs 0.402).")
+                         f"{r['beta_a_replay']:+.3f} (paper: {paper_text('paper.fluency.beta_fluency')} vs "
+                         f"{paper_text('paper.fluency.beta_a_replay')}).")
         if f.get("partial"):
             p = f["partial"]
             lines.append(f"Partial correlation of credit and increment given fluency: {p['r']:+.3f} (p = {p['p']:.3g}; "
-                         "paper: -0.004, p = 0.87).")
+                         f"paper: {paper_text('paper.fluency.partial_r')}, p = {paper_text('paper.fluency.partial_p')}).")
     m = doc.measurability
     if m:
         lines += ["", "## Measurability", "",
                   f"Pivotal {_fmt(m.get('share_pivotal'), '.3f')} of complete turns, sigma_floor = 0 "
                   f"{_fmt(m.get('share_sigma_floor_zero'), '.3f')}, no counterfactual "
-                  f"{_fmt(m.get('share_no_counterfactual'), '.3f')} of turns (paper: 0.305 / 0.860 / 0.131).",
+                  f"{_fmt(m.get('share_no_counterfactual'), '.3f')} of turns (paper: {measurability_text()}).",
                   m.get("resolution_statement", "")]
     lines += ["", "Figures: `figures/forest.png`, `figures/measurability.png`, `figures/fluency_echo.png`.", ""]
     return "\n".join(lines)
@@ -235,6 +161,6 @@ def run_audit(protocol_path: str | Path, signer: Signer) -> AuditDocument:
         write_bytes_atomic(run_dir / AUDIT_JSON, canonical_bytes(to_json_value(doc.model_dump(mode="json"))) + b"\n")
         (run_dir / SUMMARY_MD).write_text(_markdown(doc, result, protocol), "utf-8")
         for path in [run_dir / AUDIT_JSON, run_dir / SUMMARY_MD,
-                     *_figures(result, doc.measurability, protocol, out_dir / "figures", fluency_frame)]:
+                     *audit_figures(result, doc.measurability, protocol, out_dir / "figures", fluency_frame)]:
             link.add_output(path)
     return doc

@@ -177,7 +177,7 @@ def write_report(run_dir: str | Path, *, ledger_path: str | Path | None = None, 
     when the ledger lies in the run directory.
     """
     from creditaudit.artifacts import write_bytes_atomic
-    from creditaudit.ledger.figures import draw_figures
+    from creditaudit.figures import draw_figures
 
     run_dir = Path(run_dir)
     frozen, ledger, path = load_ledger_for_report(run_dir, ledger_path=ledger_path)

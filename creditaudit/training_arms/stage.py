@@ -304,7 +304,7 @@ def run_arms(
         write_bytes_atomic(run_dir / ANALYSIS_JSON,
                            canonical_bytes(to_json_value(document.model_dump(mode="json"))) + b"\n")
         write_bytes_atomic(run_dir / SUMMARY_MD, _markdown(document).encode("utf-8"))
-        from creditaudit.training_arms.figures import write_figures
+        from creditaudit.figures import arms_figures as write_figures
 
         figures = write_figures(document, out_dir / "figures")
         for path in [out_dir / "tasks.json", out_dir / "probes.parquet", out_dir / "training.parquet",

@@ -269,7 +269,7 @@ def test_the_code_version_covers_computation_not_presentation(tmp_path):
     rank = root / "stats" / "rank.py"
     text = rank.read_text("utf-8")
     rank.write_text(text.replace('"""', '"""Edited docstring. ', 1) + "\n# a comment\n", "utf-8")
-    (root / "protocol" / "cli.py").write_text((root / "protocol" / "cli.py").read_text("utf-8") + "\nX = 1\n", "utf-8")
+    (root / "cli" / "protocol.py").write_text((root / "cli" / "protocol.py").read_text("utf-8") + "\nX = 1\n", "utf-8")
     (root / "demo.py").write_text((root / "demo.py").read_text("utf-8") + "\nY = 2\n", "utf-8")
     assert code_digest(root) == base
     controls = root / "signals" / "controls.py"
