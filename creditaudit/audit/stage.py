@@ -14,8 +14,9 @@ from typing import Any, Literal
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
-from creditaudit.artifacts import write_bytes_atomic
+from creditaudit.artifacts import write_bytes_atomic, write_parquet_atomic
 from creditaudit.audit.core import AuditResult, audit_tables, verdict_sentence
+from creditaudit.audit.export import STATISTICS_PARQUET, statistics_table
 from creditaudit.figures import audit_figures
 from creditaudit.papers import measurability_text, paper_text
 from creditaudit.protocol.canonical import canonical_bytes, to_json_value
@@ -158,7 +159,10 @@ def run_audit(protocol_path: str | Path, signer: Signer) -> AuditDocument:
         inputs=[frozen.path, frozen.path.with_name(frozen.path.stem + ".lock.json"), run_dir / CREDIT,
                 run_dir / TURNS, run_dir / SUMMARY, run_dir / TRAJECTORIES],
     ) as link:
-        write_bytes_atomic(run_dir / AUDIT_JSON, canonical_bytes(to_json_value(doc.model_dump(mode="json"))) + b"\n")
+        document = to_json_value(doc.model_dump(mode="json"))
+        write_bytes_atomic(run_dir / AUDIT_JSON, canonical_bytes(document) + b"\n")
+        write_parquet_atomic(statistics_table(document), run_dir / STATISTICS_PARQUET)
+        link.add_output(run_dir / STATISTICS_PARQUET)
         (run_dir / SUMMARY_MD).write_text(_markdown(doc, result, protocol), "utf-8")
         for path in [run_dir / AUDIT_JSON, run_dir / SUMMARY_MD,
                      *audit_figures(result, doc.measurability, protocol, out_dir / "figures", fluency_frame)]:

@@ -59,10 +59,11 @@ def _register_stages() -> None:
     app.command(name="collect")(collect_command)
     app.command(name="replay")(replay_command)
     from creditaudit.cli.signals import signals_command
-    from creditaudit.cli.audit import audit_command
+    from creditaudit.cli.audit import audit_command, export_command
 
     app.command(name="signals")(signals_command)
     app.command(name="audit")(audit_command)
+    app.command(name="export")(export_command)
     from creditaudit.cli.ledger import ledger_app, report_command
 
     app.add_typer(ledger_app, name="ledger")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import typer
@@ -42,13 +43,24 @@ def regenerate_command(
 def verify_command(
     run: Path = _RUN,
     ledger: Path | None = typer.Option(None, "--ledger", help="The stored ledger to verify (default RUN/ledger/ledger.json)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (ok, counts, differences, "
+                                 "changed inputs, failures) for scripts."),
 ) -> None:
     """Recompute every entry and compare with a stored ledger (prints the first differing entry with both values
     and every entry whose inputs changed); walk the link-record chain. Exit 1 on any difference."""
     from creditaudit.ledger.build import verify_ledger
 
-    result = verify_ledger(run, ledger_path=ledger)
-    typer.echo(result.render())
+    from creditaudit.errors import CheckFailed
+
+    try:
+        result = verify_ledger(run, ledger_path=ledger)
+    except CheckFailed as exc:
+        if not as_json:
+            raise
+        typer.echo(json.dumps({"ok": False, "ledger": str(ledger or run / "ledger" / "ledger.json"),
+                               "failures": [str(exc)]}, sort_keys=True))
+        raise typer.Exit(1) from None
+    typer.echo(json.dumps(result.to_json(), sort_keys=True) if as_json else result.render())
     if not result.ok:
         raise typer.Exit(1)
 

@@ -365,6 +365,26 @@ class VerifyResult:
     def ok(self) -> bool:
         return not self.differences and not self.changed_inputs and not self.failures and (self.chain is None or self.chain.ok)
 
+    def to_json(self) -> dict[str, Any]:
+        """The result for scripts (``ledger verify --json``): ``ok``, the entry count, every difference
+        with both values, changed inputs, entries they affect, failures and notes."""
+        def value(entry: LedgerEntry | None) -> Any:
+            return None if entry is None else {"value": entry.value, "text": entry.text}
+
+        return {
+            "ok": self.ok,
+            "ledger": str(self.ledger_path),
+            "n_entries": len(self.stored.entries),
+            "differences": [{"name": d.name, "kind": d.kind, "stored": value(d.stored),
+                             "recomputed": value(d.recomputed)} for d in self.differences],
+            "changed_inputs": [{"path": p, "stored_sha256": old, "current_sha256": new}
+                               for p, old, new in self.changed_inputs],
+            "affected": list(self.affected),
+            "failures": list(self.failures),
+            "chain_ok": None if self.chain is None else bool(self.chain.ok),
+            "notes": list(self.notes),
+        }
+
     def render(self) -> str:
         lines: list[str] = []
         if self.differences:

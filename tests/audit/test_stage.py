@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
@@ -84,3 +85,75 @@ def test_missing_signals_is_a_clear_error(tmp_path, planted_policy_dir):
     run_replay(run / "protocol.yaml", signer, executor="inline")
     with pytest.raises(InputError, match="no credit table; run `creditaudit signals` first"):
         run_audit(run / "protocol.yaml", signer)
+
+
+def test_the_statistics_table_is_audit_json_in_long_form(audited):
+    # independent of the reshaping code: walk audit.json's subjects and look every number up
+    run, _, doc = audited
+    table = pq.read_table(run / "audit" / "statistics.parquet").to_pandas()
+    assert set(table.protocol_id) == {doc.protocol_id}
+    assert not table.duplicated(["subject", "statistic"]).any()
+    for subject in doc.subjects:
+        rows = table[table.subject == subject["subject"]].set_index("statistic")
+        for key, value in subject.items():
+            if key in ("subject", "kind", "of", "note") or key.endswith(("ci_low", "ci_high")):
+                continue
+            got = rows.loc[key, "value"]
+            assert (value is None and got != got) or got == pytest.approx(float(value)), (subject["subject"], key)
+        est = rows.loc["estimate"]
+        assert (subject["ci_low"] is None and est.ci_low != est.ci_low) or est.ci_low == subject["ci_low"]
+        sign = rows.loc["sign_agreement"]
+        assert (subject["sign_ci_high"] is None and sign.ci_high != sign.ci_high) or sign.ci_high == subject["sign_ci_high"]
+
+
+def test_export_writes_replay_truth_beside_every_credit(audited, tmp_path):
+    from typer.testing import CliRunner
+
+    from creditaudit.cli import app
+    from creditaudit.replay.collect import TRAJECTORIES
+    from creditaudit.replay.stage import TURNS
+    from creditaudit.signals.stage import CREDIT
+
+    run, _, doc = audited
+    out = tmp_path / "turns.parquet"
+    result = CliRunner().invoke(app, ["export", "--run", str(run), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    table = pq.read_table(out).to_pandas().set_index(["trajectory_id", "turn"])
+    collected = pq.read_table(run / TRAJECTORIES).to_pandas()
+    assert len(table) == len(collected)
+    replay = pq.read_table(run / TURNS).to_pandas().set_index(["trajectory_id", "turn"])
+    credit = pq.read_table(run / CREDIT).to_pandas()
+    subjects = [s["subject"] for s in doc.subjects]
+    assert [c for c in table.columns if c.startswith("credit__")] == [f"credit__{s}" for s in subjects]
+    for key, row in replay.iterrows():
+        assert (row.a_replay != row.a_replay and table.loc[key, "a_replay"] != table.loc[key, "a_replay"]) or \
+            table.loc[key, "a_replay"] == row.a_replay
+        assert table.loc[key, "status"] == row.status
+    for rec in credit.itertuples():
+        got = table.loc[(rec.trajectory_id, rec.turn), f"credit__{rec.family}"]
+        assert (rec.credit != rec.credit and got != got) or got == rec.credit
+        reason = table.loc[(rec.trajectory_id, rec.turn), f"abstain_reason__{rec.family}"]
+        assert (pd.isna(reason) and pd.isna(rec.abstain_reason)) or reason == rec.abstain_reason
+    degenerate = set(doc.exclusions["degenerate_trajectories"])
+    expected_included = (table.status == "complete") & ~table.index.get_level_values(0).isin(degenerate)
+    assert (table.included == expected_included).all()
+    # never overwritten: a second export to the same path is bad usage and leaves the file alone
+    from creditaudit.cli import main
+
+    before = out.read_bytes()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["export", "--run", str(run), "--out", str(out)])
+    assert exit_info.value.code == 2 and out.read_bytes() == before
+
+
+def test_audit_json_flag_prints_the_document(audited):
+    from typer.testing import CliRunner
+
+    from creditaudit.cli import app
+
+    run, _, doc = audited
+    result = CliRunner().invoke(app, ["audit", "--run", str(run), "--json"])
+    assert result.exit_code == 0, result.output
+    printed = json.loads(result.output)
+    assert printed["protocol_id"] == doc.protocol_id
+    assert {d["family"]: d["verdict"] for d in printed["decisions"]} == {d["family"]: d["verdict"] for d in doc.decisions}

@@ -58,3 +58,32 @@ def test_bad_usage_is_exit_2(tmp_path, capsys):
     assert "no protocol in the run directory" in capsys.readouterr().err
     assert _cli(["ledger", "verify", "--run", str(tmp_path)]) == 2
     assert _cli(["report", "--run", str(tmp_path)]) == 2
+
+
+def test_verify_json_for_scripts(ledgered_run, copy_run, capsys):
+    import json
+
+    from creditaudit.artifacts import write_parquet_atomic
+
+    run = ledgered_run[0]
+    assert _cli(["ledger", "verify", "--run", str(run), "--json"]) == 0
+    ok = json.loads(capsys.readouterr().out)
+    stored = json.loads((run / "ledger" / "ledger.json").read_text())
+    assert ok["ok"] is True and ok["n_entries"] == len(stored["entries"]) and ok["differences"] == []
+    assert ok["chain_ok"] is True
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    changed = copy_run(run)
+    path = changed / "signals" / "credit.parquet"
+    table = pq.read_table(path)
+    doubled = pc.multiply(table.column("credit"), pa.scalar(2.0))
+    write_parquet_atomic(table.set_column(table.schema.get_field_index("credit"), table.schema.field("credit"),
+                                          doubled), path)
+    assert _cli(["ledger", "verify", "--run", str(changed), "--json"]) == 1
+    bad = json.loads(capsys.readouterr().out)
+    assert bad["ok"] is False
+    assert [c["path"] for c in bad["changed_inputs"]] == ["signals/credit.parquet"]
+    kinds = {d["kind"] for d in bad["differences"]}
+    assert "inputs" in kinds and bad["affected"]
