@@ -430,7 +430,25 @@ def verify_ledger(run_dir: str | Path, *, ledger_path: str | Path | None = None,
     if stored.protocol_id != frozen.id:
         raise InputError(f"{path}: the ledger belongs to protocol {stored.protocol_id[:16]}…, this run's is "
                          f"{frozen.id[:16]}…; verify it against the run it was built from")
-    (data,) = compute_in_fresh_processes(run_dir, 1)
+    changed_inputs = []
+    for record in stored.artifacts:
+        full = run_dir / record.path
+        current = sha256_file(full) if full.is_file() else None
+        if current != record.sha256:
+            changed_inputs.append((record.path, record.sha256, current))
+    try:
+        (data,) = compute_in_fresh_processes(run_dir, 1)
+    except (CheckFailed, InputError) as exc:
+        if not changed_inputs:
+            raise
+        # The inputs changed so much that no ledger computes from them: that is the finding.
+        result = VerifyResult(path, stored, stored, changed_inputs=changed_inputs)
+        result.failures.append("no ledger can be recomputed from the changed inputs: " + str(exc).splitlines()[0])
+        changed = {p for p, *_ in changed_inputs}
+        result.affected = [e.name for e in stored.entries if changed & set(e.inputs)]
+        if walk_links:
+            result.chain = walk_chain(run_dir, frozen)
+        return result
     recomputed = parse_ledger(data, source="recomputed ledger")
     result = VerifyResult(path, stored, recomputed, compare_ledgers(stored, recomputed))
     if stored.versions != recomputed.versions:
@@ -443,11 +461,7 @@ def verify_ledger(run_dir: str | Path, *, ledger_path: str | Path | None = None,
             f"the ledger was written by code version {stored.code_version}, this is {recomputed.code_version}: "
             "its numbers are only guaranteed to regenerate with the code that wrote them (regenerate it)"
         )
-    for record in stored.artifacts:
-        full = run_dir / record.path
-        current = sha256_file(full) if full.is_file() else None
-        if current != record.sha256:
-            result.changed_inputs.append((record.path, record.sha256, current))
+    result.changed_inputs = changed_inputs
     changed = {p for p, *_ in result.changed_inputs}
     result.affected = [e.name for e in stored.entries if changed & set(e.inputs)]
     if walk_links:

@@ -87,3 +87,17 @@ def test_verify_json_for_scripts(ledgered_run, copy_run, capsys):
     assert [c["path"] for c in bad["changed_inputs"]] == ["signals/credit.parquet"]
     kinds = {d["kind"] for d in bad["differences"]}
     assert "inputs" in kinds and bad["affected"]
+
+
+def test_verify_reports_inputs_too_broken_to_recompute(ledgered_run, copy_run, capsys):
+    # a row deleted from the credit table: no ledger computes from it, and verify says which input
+    # changed instead of relaying the recomputation's traceback
+    from creditaudit.artifacts import write_parquet_atomic
+
+    run = copy_run(ledgered_run[0])
+    path = run / "signals" / "credit.parquet"
+    write_parquet_atomic(pq.read_table(path).slice(1), path)
+    assert _cli(["ledger", "verify", "--run", str(run)]) == 1
+    out = capsys.readouterr().out
+    assert "FAILED: input signals/credit.parquet changed since the ledger was written" in out
+    assert "no ledger can be recomputed from the changed inputs" in out and "Traceback" not in out
