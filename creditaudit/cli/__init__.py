@@ -64,6 +64,9 @@ def _register_stages() -> None:
     app.command(name="signals")(signals_command)
     app.command(name="audit")(audit_command)
     app.command(name="export")(export_command)
+    from creditaudit.cli.calibrate import calibrate_command
+
+    app.command(name="calibrate")(calibrate_command)
     from creditaudit.cli.ledger import ledger_app, report_command
 
     app.add_typer(ledger_app, name="ledger")
