@@ -44,6 +44,8 @@ class MeasurabilityMap:
     n_trajectories: int
     n_degenerate_trajectories: int
     resolution_statement: str
+    n_not_sampled: int = 0
+    """Turns outside the preregistered sample (``replay.turns_per_trajectory``); not in ``n_turns``."""
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -85,6 +87,8 @@ def _gap_bootstrap(df: Any, *, iterations: int, level: float, rng: np.random.Gen
 def measurability_map(turns: pa.Table, *, protocol_id: str, protocol: Any) -> MeasurabilityMap:
     """Compute the map from a replay turn table under ``protocol``'s statistics and exclusions."""
     df = turns.to_pandas()
+    n_not_sampled = int((df.status == "not_sampled").sum())
+    df = df[df.status != "not_sampled"]  # every share is of the preregistered sample of turns
     n_turns = len(df)
     status = df.status.value_counts()
     complete = df[df.status == "complete"]
@@ -137,4 +141,5 @@ def measurability_map(turns: pa.Table, *, protocol_id: str, protocol: Any) -> Me
         n_trajectories=int(df.trajectory_id.nunique()),
         n_degenerate_trajectories=len(degenerate_ids),
         resolution_statement=statement,
+        n_not_sampled=n_not_sampled,
     )

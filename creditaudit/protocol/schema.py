@@ -328,6 +328,11 @@ class ReplaySection(_Model):
     """Replay budget per turn; a turn needing more is incomplete."""
     resolution_alpha: float = Field(0.05, gt=0.0, lt=1.0)
     """One-sided level of the resolution bound ``1 - alpha**(1/n)`` for all-equal arms."""
+    turns_per_trajectory: Annotated[int | None, ADDED_LATER] = Field(None, ge=1, le=10_000)
+    """Preregistered turn sampling: replay only this many turns of each trajectory, drawn without
+    replacement, before any replay, from the seed stream ``replay/<trajectory>/sample`` (a function of
+    the protocol id and the trajectory's length only); the others get status ``not_sampled`` and
+    every statistic is computed on the sampled turns. Null replays every turn."""
 
 
 # --------------------------------------------------------------------------- signals

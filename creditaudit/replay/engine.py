@@ -98,7 +98,7 @@ ROLLOUT_TABLE_SCHEMA = pa.schema(
 )
 
 #: Turn status values. Only ``complete`` turns carry A_replay.
-STATUS = ("complete", "no_counterfactual", "incomplete", "diverged")
+STATUS = ("complete", "no_counterfactual", "incomplete", "diverged", "not_sampled")
 
 
 @dataclass(frozen=True)
@@ -115,6 +115,7 @@ class ReplaySettings:
     rollout_temperature: float = 0.7
     max_action_tokens: int | None = None
     draw_batch: int = 16
+    turns_per_trajectory: int | None = None
 
     @classmethod
     def from_protocol(cls, protocol: Any) -> "ReplaySettings":
@@ -129,6 +130,7 @@ class ReplaySettings:
             resolution_alpha=r.resolution_alpha,
             rollout_temperature=protocol.policy.temperature,
             max_action_tokens=protocol.policy.max_action_tokens,
+            turns_per_trajectory=r.turns_per_trajectory,
         )
 
 
@@ -322,6 +324,15 @@ def replay_trajectory(
             # the recorded trajectory continued past an end the engine reports now
             counters["divergences"] += 1
             diverged = True
+
+    # the preregistered turn sample: a function of the protocol id and the trajectory's length only
+    if settings.turns_per_trajectory is not None and len(plans) > settings.turns_per_trajectory:
+        chosen = streams.rng(f"replay/{traj}/sample").choice(len(plans), settings.turns_per_trajectory,
+                                                              replace=False)
+        chosen_turns = {int(t) for t in chosen}
+        for plan in plans:
+            if plan.turn not in chosen_turns and plan.status == "complete":
+                plan.status = "not_sampled"
 
     # 2. alternatives. From here on the unit's rollouts revisit its turns' decision points, so the
     # policy remembers every (prompt, candidate) score it computes for the rest of the unit.

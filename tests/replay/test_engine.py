@@ -140,3 +140,55 @@ def test_prefix_divergence_is_detected_and_counted():
     turns = result.turns.to_pandas()
     assert result.counters["divergences"] == 1
     assert list(turns.status[:1]) == ["complete"] and (turns.status[1:] == "diverged").all()
+
+
+def test_preregistered_turn_sampling_replays_the_same_turns_the_same_way(planted_replay):
+    # A sample of k turns per trajectory: the sampled turns' rows equal full replay's (every turn's
+    # rollouts come from its own seed streams), the rest are `not_sampled` with no rollouts, and the
+    # sample is a function of the protocol id and the trajectory's length only.
+    from dataclasses import replace
+
+    sampled = _planted_replays(40, replace(ReplaySettings(), turns_per_trajectory=3))
+    assert len(sampled) == len(planted_replay)
+    per_traj = sampled.groupby("trajectory_id").status.apply(lambda s: int((s != "not_sampled").sum()))
+    lengths = sampled.groupby("trajectory_id").size()
+    assert (per_traj == lengths.clip(upper=3)).all()
+    kept = sampled.status != "not_sampled"
+    columns = ["trajectory_id", "turn", "status", "a_replay", "ci_low", "ci_high", "n_fact", "n_alt", "alternatives"]
+    pd.testing.assert_frame_equal(sampled.loc[kept, columns].reset_index(drop=True),
+                                  planted_replay.loc[kept, columns].reset_index(drop=True))
+    assert (sampled.loc[~kept, "n_fact"] == 0).all() and sampled.loc[~kept, "a_replay"].isna().all()
+    again = _planted_replays(40, replace(ReplaySettings(), turns_per_trajectory=3))
+    assert (again.status == sampled.status).all()
+
+
+def test_turn_sampling_is_a_protocol_field_outside_the_id_when_unset():
+    from creditaudit.protocol.io import default_template_text, parse_protocol, protocol_dict, protocol_from_dict
+
+    default = parse_protocol(default_template_text())
+    assert default.replay.turns_per_trajectory is None
+    data = protocol_dict(default)
+    data["replay"]["turns_per_trajectory"] = 8
+    sampled = protocol_from_dict(data)
+    assert sampled.id != default.id
+    assert ReplaySettings.from_protocol(sampled).turns_per_trajectory == 8
+
+
+def test_the_measurability_map_is_of_the_sampled_turns(planted_replay):
+    from dataclasses import replace
+
+    import pyarrow as pa
+
+    from creditaudit.audit.measurability import measurability_map
+    from creditaudit.protocol.io import default_template_text, parse_protocol
+
+    protocol = parse_protocol(default_template_text())
+    sampled = _planted_replays(12, replace(ReplaySettings(), turns_per_trajectory=3))
+    kept = sampled[sampled.status != "not_sampled"]
+    with_rows = measurability_map(pa.Table.from_pandas(sampled, preserve_index=False), protocol_id="b" * 64,
+                                  protocol=protocol)
+    without = measurability_map(pa.Table.from_pandas(kept, preserve_index=False), protocol_id="b" * 64,
+                                protocol=protocol)
+    assert with_rows.n_not_sampled == len(sampled) - len(kept) > 0 and without.n_not_sampled == 0
+    assert with_rows.n_turns == len(kept)
+    assert replace(with_rows, n_not_sampled=0) == without
