@@ -41,6 +41,9 @@ def signals_command(
         if entry["kind"] == "shuffle":
             typer.echo(f"  {name:<20} changes {fmt(entry['changed_share'])} of positions")
     router = doc["router"]
+    if router is None:
+        typer.echo("router: none in this protocol")
+        return
     line = (f"router: routes {fmt(router['routed_share'])} of turns (target {router['target_routed_share']:.3f}), "
             f"saves {fmt(router['judge_calls_saved_per_turn'])} of judge calls per turn, "
             f"{fmt(router['judge_calls_saved_per_trajectory'])} per trajectory; ")

@@ -101,6 +101,11 @@ def walk_chain(run_dir: str | Path, frozen: FrozenProtocol, *, skip_current: tup
         result.error = str(exc)
         return result
     for record in result.records:
+        external = set(record.statement["predicate"]["byproducts"].get("external_inputs", ()))
+        for material in record.materials:  # a user's file (a precomputed credit file) as its first user saw it
+            if material["name"] in external and material["name"] not in result.attested:
+                result.attested[material["name"]] = Attested(material["digest"]["sha256"], record.stage,
+                                                             f"links/{record.path.name}")
         for product in record.products:
             result.attested[product["name"]] = Attested(product["digest"]["sha256"], record.stage,
                                                         f"links/{record.path.name}")

@@ -326,10 +326,10 @@ def _signals_summary_evidence(run_dir: Path, rel: str) -> list[str]:
         for name, entry in (data.get(group) or {}).items():
             if not isinstance(entry, dict) or "abstention_reasons" not in entry:
                 out.append(f"{group} `{name}` has no `abstention_reasons`")
-    router = data.get("router")
-    if not isinstance(router, dict):
+    router = data.get("router")  # null: the protocol has no router
+    if "router" not in data or not (router is None or isinstance(router, dict)):
         out.append("has no `router` report (the router is published with its recall beside chance)")
-    elif router.get("pivotal_recall") is None and not router.get("pivotal_recall_unavailable"):
+    elif router is not None and router.get("pivotal_recall") is None and not router.get("pivotal_recall_unavailable"):
         out.append("the router report has neither its pivotal recall nor the reason it is unavailable")
     return out
 

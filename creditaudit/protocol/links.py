@@ -81,6 +81,7 @@ class StageLink:
     parameters: Mapping[str, Any] = field(default_factory=dict)
     inputs: list[str | Path] = field(default_factory=list)
     outputs: list[str | Path] = field(default_factory=list)
+    external_inputs: list[str | Path] = field(default_factory=list)
     _materials: list[dict[str, Any]] = field(default_factory=list, init=False)
 
     def __post_init__(self) -> None:
@@ -114,6 +115,8 @@ class StageLink:
                     "protocol_id": self.protocol_id,
                     "sequence": sequence,
                     "parameters": to_json_value(dict(self.parameters)),
+                    **({"external_inputs": sorted({_rel(self.run_dir, p) for p in self.external_inputs})}
+                       if self.external_inputs else {}),
                 },
                 "environment": {},
             },
@@ -215,7 +218,9 @@ def verify_links(
     """Walk the run's link records in sequence; raise ``CheckFailed`` naming the first break.
 
     ``roots`` maps run-relative names to SHA-256 digests that may be consumed without an earlier
-    stage having produced them (pinned inputs). ``check_current``: also require every file's
+    stage having produced them (pinned inputs). A record's ``external_inputs`` (a user's file that
+    no stage writes, such as a precomputed credit file) are attested by the first record that
+    consumes them: later records, and the current bytes, must match that digest. ``check_current``: also require every file's
     current bytes to match the digest the last stage that produced it recorded.
     """
     run_dir = Path(run_dir)
@@ -234,8 +239,11 @@ def verify_links(
             raise CheckFailed(f"{path.name}: stamped with protocol {record.protocol_id[:16]}…, not {protocol_id[:16]}…")
         if record.statement["predicate"]["byproducts"].get("sequence") != index:
             raise CheckFailed(f"{path.name}: sequence number out of order (a record was removed or renamed)")
+        external = set(record.statement["predicate"]["byproducts"].get("external_inputs", ()))
         for material in record.materials:
             name, digest = material["name"], material["digest"]["sha256"]
+            if name in external and name not in produced:
+                produced[name] = digest  # a user's file, attested from its first use on
             if produced.get(name) != digest:
                 raise CheckFailed(
                     f"{path.name}: stage {record.stage!r} consumed {name} with sha256 {digest[:16]}…, which no "

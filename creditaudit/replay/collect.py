@@ -103,11 +103,20 @@ def _sample_tasks(frozen: FrozenProtocol, entries: list[TaskEntry]) -> list[Task
     return [entries[int(i)] for i in order]
 
 
-def _rows(frozen: FrozenProtocol, index: int, entry: TaskEntry, rollouts, template_hash: str) -> dict[str, list]:
+def _rows(frozen: FrozenProtocol, index: int, entry: TaskEntry, rollouts, builder) -> dict[str, list]:
+    from creditaudit.protocol.canonical import sha256_bytes
+    from creditaudit.replay.policies.base import Turn
+
     columns: dict[str, list] = {f.name: [] for f in TURN_SCHEMA}
     for rollout in rollouts:
         g = rollout.key
+        history: list[Turn] = []
         for record in rollout.turns:
+            # the prompt text the policy saw, rebuilt from the same builder and checked against its hash
+            prompt = builder.build(rollout.goal, record.observation, record.admissible, tuple(history))
+            if sha256_bytes(prompt.encode("utf-8")) != record.prompt_sha256:
+                raise RuntimeError(f"rollout {g} turn {record.turn}: the rebuilt prompt differs from the one sampled after")
+            history.append(Turn(record.observation, record.action))
             values = {
                 "protocol_id": frozen.id,
                 "trajectory_id": f"{entry.task_id[:16]}-{g}",
@@ -120,8 +129,9 @@ def _rows(frozen: FrozenProtocol, index: int, entry: TaskEntry, rollouts, templa
                 "observation": record.observation,
                 "admissible": list(record.admissible),
                 "state_signature": record.state_signature,
+                "prompt": prompt,
                 "prompt_sha256": record.prompt_sha256,
-                "prompt_template_sha256": template_hash,
+                "prompt_template_sha256": builder.template_hash,
                 "action": record.action,
                 "action_admissible": record.action_admissible,
                 "token_logprobs": list(record.token_logprobs),
@@ -250,7 +260,7 @@ def collect(
                     temperature=temperature,
                     max_action_tokens=protocol.policy.max_action_tokens,
                 )
-            table = pa.Table.from_pydict(_rows(frozen, index, entry, rollouts, builder.template_hash), schema=TURN_SCHEMA)
+            table = pa.Table.from_pydict(_rows(frozen, index, entry, rollouts, builder), schema=TURN_SCHEMA)
             write_parquet_atomic(table, shard)
             if progress:
                 progress("collect", index + 1, len(selected))

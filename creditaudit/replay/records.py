@@ -50,6 +50,9 @@ TURN_SCHEMA = pa.schema(
         _field("admissible", pa.list_(pa.string()), False, "Commands admissible in that state, as the environment lists them."),
         _field("state_signature", pa.string(), False,
                "SHA-256 state signature of the environment before the action (what replay restores and checks)."),
+        _field("prompt", pa.string(), False,
+               "The prompt text the policy sampled the action after (goal, history window, observation, admissible "
+               "commands, as the prompt template writes them)."),
         _field("prompt_sha256", pa.string(), False, "SHA-256 of the UTF-8 prompt the action was sampled after."),
         _field("prompt_template_sha256", pa.string(), False,
                "SHA-256 of the prompt template's settings (the policy's PromptBuilder.template_hash)."),

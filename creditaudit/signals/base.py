@@ -187,8 +187,9 @@ class CreditFamily(Protocol):
     Optional attributes (:class:`FamilyBase` gives the defaults): ``categories`` (the score values
     of a categorical judge, e.g. ``(1, 0, -1)``; families sharing them get judge-vs-judge agreement),
     ``fluency_echo`` (the audit computes the fluency echo, T3, for this family), ``uses`` (other
-    plugins it uses, ``(kind, name)`` pairs, pinned with it) and ``inputs(run_dir)`` (extra files the
-    signals stage attests as inputs).
+    plugins it uses, ``(kind, name)`` pairs, pinned with it), ``inputs(run_dir)`` (extra files the
+    signals stage attests as inputs) and ``input_facts()`` (what the stage's link record states about
+    them once computed: a precomputed file's row count and columns).
     """
 
     name: str
@@ -211,6 +212,10 @@ class FamilyBase:
     def inputs(self, run_dir: Path) -> list[Path]:
         """Files besides the trajectories (and the policy, when needed) that the credit depends on."""
         return []
+
+    def input_facts(self) -> dict[str, Any]:
+        """Facts about the inputs read, for the signals stage's link record (after ``compute``)."""
+        return {}
 
 
 def family_traits(family: Any, *, source: str) -> None:

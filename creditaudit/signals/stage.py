@@ -161,8 +161,10 @@ def run_signals(
         inputs += [p for p in replay_inputs(run_dir, protocol) if p not in inputs]
     if "policy" in needs:
         inputs += policy_files_in_run(frozen)
+    external: list[Path] = []
     for family in families:
         extra = family.inputs(run_dir) if hasattr(family, "inputs") else []
+        external += [p for p in extra if p not in inputs]
         inputs += [p for p in extra if p not in inputs]
 
     context = SignalContext(
@@ -227,11 +229,17 @@ def run_signals(
     document = _json_safe(document)
 
     credit = pa.Table.from_pandas(pd.concat(frames, ignore_index=True), schema=CREDIT_SCHEMA, preserve_index=False)
+    parameters: dict[str, Any] = {"families": [s.name for s in protocol.signals],
+                                  "controls": [c.name for c in protocol.controls]}
+    facts = {f.name: f.input_facts() for f in families if hasattr(f, "input_facts") and f.input_facts()}
+    if facts:  # e.g. a precomputed credit file's path, SHA-256, row count and columns
+        parameters["input_facts"] = facts
     with StageLink(
         run_dir, "signals", frozen.id, signer,
         command=["creditaudit", "signals"],
-        parameters={"families": [s.name for s in protocol.signals], "controls": [c.name for c in protocol.controls]},
+        parameters=parameters,
         inputs=inputs,
+        external_inputs=external,
     ) as link:
         write_parquet_atomic(credit, run_dir / CREDIT)
         link.add_output(run_dir / CREDIT)
