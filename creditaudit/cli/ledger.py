@@ -66,8 +66,10 @@ def verify_command(
 
 
 def _check(run: Path, ledger: Path | None) -> None:
+    from creditaudit.ledger.build import protocol_path
     from creditaudit.ledger.integrity import check_integrity
 
+    protocol_path(run)  # a missing run is bad usage (exit 2), not a failed check
     report = check_integrity(run, ledger_path=ledger)
     typer.echo(report.render())
     if not report.ok:

@@ -101,3 +101,14 @@ def test_verify_reports_inputs_too_broken_to_recompute(ledgered_run, copy_run, c
     out = capsys.readouterr().out
     assert "FAILED: input signals/credit.parquet changed since the ledger was written" in out
     assert "no ledger can be recomputed from the changed inputs" in out and "Traceback" not in out
+
+
+@pytest.mark.parametrize("command", [["ledger", "check"], ["ledger", "integrity"]])
+def test_check_of_a_missing_run_is_bad_usage(command, tmp_path, capsys):
+    """A run directory that does not exist (or holds no protocol) is bad usage, as for every other
+    ``--run`` command: exit 2 with a one-line error, not exit 1 with an integrity report."""
+    for run in (tmp_path / "no-such-run", tmp_path):
+        assert _cli([*command, "--run", str(run)]) == 2
+        out, err = capsys.readouterr()
+        assert out == ""
+        assert len(err.strip().splitlines()) == 1 and "no protocol in the run directory" in err, err
