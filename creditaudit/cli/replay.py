@@ -120,14 +120,15 @@ def collect_command(
 def replay_command(
     run: Path = typer.Option(Path("."), "--run", help=_RUN_HELP),
     executor: str = typer.Option("local", "--executor", help="local (worker processes), inline, or ray."),
-    workers: int = typer.Option(0, "--workers", help="Worker processes / Ray actors (0: up to 2)."),
+    workers: int | None = typer.Option(None, "--workers", min=1,
+                                       help="Worker processes / Ray actors, at least 1 (default: up to 2)."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress display."),
 ) -> None:
     """Execute counterfactual replays of every collected turn; writes replay/ and the measurability map."""
     from creditaudit.replay.stage import SUMMARY, run_replay
 
     with progress_bars(enabled=not quiet) as update:
-        summary = run_replay(protocol_in(run), _signer(run), executor=executor, workers=workers or None,
+        summary = run_replay(protocol_in(run), _signer(run), executor=executor, workers=workers,
                              progress=update)
     mmap = json.loads((run / SUMMARY).read_text())["measurability"]
     typer.echo(

@@ -78,6 +78,9 @@ def run_replay(
     """Replay every collected trajectory under the frozen protocol (resumable)."""
     if executor not in EXECUTORS:
         raise InputError(f"`executor` must be one of {set(EXECUTORS)}; got {executor!r}")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise InputError(f"`workers` must be a positive number of worker processes; got {workers!r} "
+                         "(leave it unset for up to 2)")
     frozen = require_frozen(protocol_path)
     load_run_policy(frozen)  # refuse a policy whose files differ from the pins before any work
     frames = _trajectory_frames(frozen)

@@ -107,3 +107,39 @@ def test_changed_policy_is_refused(tmp_path, planted_policy_dir):
     (run / "policy" / "config.json").write_text((run / "policy" / "config.json").read_text() + " ")
     with pytest.raises(CheckFailed, match="config.json"):
         run_replay(run / "protocol.yaml", signer, executor="inline")
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("pending", [False, True], ids=["finished", "pending"])
+@pytest.mark.parametrize("workers", ["-2", "0"])
+def test_a_bad_worker_count_is_refused_before_anything_runs(workers, pending, tmp_path, reference_run, capsys):
+    """``--workers`` below 1 is bad usage (exit 2, the option named) whether or not there is work left,
+    and nothing is written: no shard, no table, no new link record."""
+    import shutil
+
+    from creditaudit.cli import main
+
+    run = tmp_path / "run"
+    shutil.copytree(reference_run[0], run)
+    if pending:
+        shutil.rmtree(run / "replay")
+    before = _snapshot(run)
+    with pytest.raises(SystemExit) as exc:
+        main(["replay", "--run", str(run), "--workers", workers, "--quiet"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--workers" in err and "Traceback" not in err
+    assert _snapshot(run) == before
+
+
+def test_run_replay_refuses_a_bad_worker_count(reference_run):
+    run, _ = reference_run
+    from creditaudit.protocol.signing import load_signer
+
+    signer = load_signer(run / "keys" / "creditaudit.key")
+    for workers in (0, -2):
+        with pytest.raises(InputError, match=r"`workers` must be a positive number of worker processes; got"):
+            run_replay(run / "protocol.yaml", signer, executor="local", workers=workers)
