@@ -256,9 +256,10 @@ def demo_command(
 ) -> None:
     """Run the end-to-end demo on the embedded default (resumable): protocol, policy, games, collect, replay,
     signals, audit, arms, ledger, report."""
+    from creditaudit.cli.paths import dir_to_write
     from creditaudit.papers import measurability_text
 
-    report = run_demo(run, quiet=quiet)
+    report = run_demo(dir_to_write(run, "--run"), quiet=quiet)
     collect = report["collect"]
     mmap = report["measurability"]
     fmt = (lambda v: "undefined" if v is None else f"{v:.3f}")

@@ -29,8 +29,12 @@ def regenerate_command(
 ) -> None:
     """Rebuild every entry from the raw artifacts in two fresh processes; write ledger/ledger.json only if both
     are byte-identical (exit 1 otherwise, the previous ledger left in place)."""
+    from creditaudit.cli.paths import file_to_write
     from creditaudit.ledger.build import regenerate
     from creditaudit.progress import progress_bars
+
+    if ledger is not None:
+        file_to_write(ledger, "--ledger")
 
     with progress_bars(enabled=not quiet) as update:
         result = regenerate(run, ledger_path=ledger, progress=update)
@@ -69,7 +73,11 @@ def _check(run: Path, ledger: Path | None) -> None:
     from creditaudit.ledger.build import protocol_path
     from creditaudit.ledger.integrity import check_integrity
 
+    from creditaudit.cli.paths import existing_file
+
     protocol_path(run)  # a missing run is bad usage (exit 2), not a failed check
+    if ledger is not None:
+        existing_file(ledger, "--ledger")
     report = check_integrity(run, ledger_path=ledger)
     typer.echo(report.render())
     if not report.ok:

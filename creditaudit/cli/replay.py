@@ -50,10 +50,14 @@ def build_command(
     from creditaudit.protocol.lock import policy_dir
     from creditaudit.replay.policies.default.build import BUILD_RECORD, build_default_policy
 
+    from creditaudit.cli.paths import dir_to_write
+
+    if out is not None:
+        dir_to_write(out, "--out")
     spec = load_protocol(protocol)
     if spec.policy.source != "builtin":
         raise InputError(f"{protocol}: field `policy.source` is {spec.policy.source!r}; only 'builtin' policies are built")
-    target = out or policy_dir(spec, protocol)
+    target = dir_to_write(out or policy_dir(spec, protocol), "the protocol's policy.path")
     if (target / BUILD_RECORD).is_file():
         record = json.loads((target / BUILD_RECORD).read_text())
         typer.echo(f"policy already built in {target} (reusing it; delete the directory to rebuild)")
