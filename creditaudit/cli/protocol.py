@@ -148,7 +148,7 @@ def migrate_command(
     """Rewrite an older protocol in the current schema (a new protocol, with a new id, to pin and freeze)."""
     import yaml
 
-    from creditaudit.protocol.io import migrate
+    from creditaudit.protocol.io import migrate, yaml_error_message
 
     file_to_write(new, "`protocol migrate OLD NEW`")
     if new.exists():
@@ -157,7 +157,9 @@ def migrate_command(
         data = yaml.safe_load(old.read_text("utf-8"))
     except FileNotFoundError:
         raise InputError(f"{old}: protocol file not found") from None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+    except yaml.YAMLError as exc:
+        raise InputError(yaml_error_message(exc, str(old))) from None
+    except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"{old}: cannot read the protocol ({exc})") from None
     if not isinstance(data, dict):
         raise InputError(f"{old}: a protocol is a YAML mapping at the top level")
