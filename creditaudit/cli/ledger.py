@@ -109,8 +109,19 @@ def report_command(
 ) -> None:
     """Write report/report.md and report/report.html: every number taken from the ledger by name, the protocol id,
     verdicts with gate traces, deviations, and the router with its negative result."""
+    from creditaudit.ledger.build import protocol_path
     from creditaudit.ledger.report import write_report
+    from creditaudit.protocol.links import stage_is_current
+    from creditaudit.protocol.lock import require_frozen
 
+    if ledger is None and (run / "keys" / "creditaudit.key").is_file():
+        from creditaudit.protocol.signing import load_signer
+
+        frozen = require_frozen(protocol_path(run))
+        if stage_is_current(frozen.run_dir, "report", frozen.id, load_signer(run / "keys" / "creditaudit.key").key_id):
+            typer.echo(f"report already written from the current ledger; its inputs and outputs match its link "
+                       f"record (nothing rewritten): {run / 'report' / 'report.md'}")
+            return
     result = write_report(run, ledger_path=ledger)
     typer.echo(f"wrote {result.markdown} and {result.html} ({len(result.figures)} figures, "
                f"{result.n_references} ledger references)")

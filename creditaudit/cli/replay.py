@@ -135,6 +135,8 @@ def replay_command(
         summary = run_replay(protocol_in(run), _signer(run), executor=executor, workers=workers,
                              progress=update)
     mmap = json.loads((run / SUMMARY).read_text())["measurability"]
+    if summary.skipped:
+        typer.echo("replay already finished; its inputs and outputs match its link record (nothing rewritten)")
     typer.echo(
         f"replayed {summary.n_turns} turns of {summary.n_trajectories} trajectories with {summary.n_rollouts} "
         f"rollouts: {summary.divergences} prefix divergences, {summary.restore_failures} restore failures, "

@@ -41,6 +41,7 @@ __all__ = [
     "COLLECT_DIR",
     "TRAJECTORIES",
     "CollectSummary",
+    "check_run_policy",
     "collect",
     "load_run_policy",
     "policy_files_in_run",
@@ -68,10 +69,10 @@ class CollectSummary:
         return {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "resumed_shards"}
 
 
-def load_run_policy(frozen: FrozenProtocol, **kwargs: Any):
-    """Load the protocol's policy, refusing files whose hashes differ from the pinned ones."""
+def check_run_policy(frozen: FrozenProtocol) -> Path:
+    """The protocol's policy directory, refusing files whose hashes differ from the pinned ones
+    (without loading the model)."""
     from creditaudit.protocol.lock import input_problems
-    from creditaudit.replay.policies.hf import load_policy
 
     directory = policy_dir(frozen.protocol, frozen.path)
     if not directory.is_dir():
@@ -81,6 +82,14 @@ def load_run_policy(frozen: FrozenProtocol, **kwargs: Any):
         raise CheckFailed(
             f"policy {directory}: its files differ from the hashes the protocol pins:\n  " + "\n  ".join(problems)
         )
+    return directory
+
+
+def load_run_policy(frozen: FrozenProtocol, **kwargs: Any):
+    """Load the protocol's policy, refusing files whose hashes differ from the pinned ones."""
+    from creditaudit.replay.policies.hf import load_policy
+
+    directory = check_run_policy(frozen)
     section = frozen.protocol.policy
     return load_policy(
         directory,

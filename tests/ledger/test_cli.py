@@ -112,3 +112,24 @@ def test_check_of_a_missing_run_is_bad_usage(command, tmp_path, capsys):
         out, err = capsys.readouterr()
         assert out == ""
         assert len(err.strip().splitlines()) == 1 and "no protocol in the run directory" in err, err
+
+
+def test_rerunning_finished_stages_writes_nothing(ledgered_run, copy_run, capsys):
+    """Every stage re-run on a finished run whose artifacts match their link records is skipped: no
+    new link record, not one byte changed (a ``demo`` resume runs them all again)."""
+    run = copy_run(ledgered_run[0])
+    assert _cli(["report", "--run", str(run)]) == 0  # the one stage the fixture has not run
+    capsys.readouterr()
+
+    def snapshot():
+        return {p.relative_to(run).as_posix(): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
+
+    before = snapshot()
+    for stage in (["games"], ["collect"], ["replay"], ["signals"], ["audit"], ["ledger", "regenerate"], ["report"]):
+        assert _cli([*stage, "--run", str(run)] + (["--quiet"] if stage[0] in ("games", "collect", "replay",
+                                                                                 "signals") else [])) == 0, stage
+        assert snapshot() == before, stage
+    out = capsys.readouterr().out
+    for said in ("replay already finished", "signals already computed", "audit already done",
+                 "report already written"):
+        assert said in out

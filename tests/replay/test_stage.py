@@ -143,3 +143,30 @@ def test_run_replay_refuses_a_bad_worker_count(reference_run):
     for workers in (0, -2):
         with pytest.raises(InputError, match=r"`workers` must be a positive number of worker processes; got"):
             run_replay(run / "protocol.yaml", signer, executor="local", workers=workers)
+
+
+def test_a_finished_verified_replay_is_skipped_without_writing_anything(tmp_path, reference_run, capsys):
+    """Re-running replay on a finished run (as every ``demo`` resume does) writes nothing: no new link
+    record, no byte changed; a run whose outputs no longer match their link record is replayed again."""
+    import shutil
+
+    from creditaudit.cli import main
+    from creditaudit.protocol.signing import load_signer
+
+    run = tmp_path / "run"
+    shutil.copytree(reference_run[0], run)
+    signer = load_signer(run / "keys" / "creditaudit.key")
+    before = _snapshot(run)
+    summary = run_replay(run / "protocol.yaml", signer, executor="inline")
+    assert summary.skipped and summary.n_rollouts == reference_run[1].n_rollouts
+    assert _snapshot(run) == before
+    with pytest.raises(SystemExit) as exc:
+        main(["replay", "--run", str(run), "--quiet"])
+    assert exc.value.code == 0 and "replay already finished" in capsys.readouterr().out
+    assert _snapshot(run) == before
+    # an output changed after the attestation: the stage is not current, so it runs (and attests) again
+    (run / "replay" / "summary.json").write_text("{}\n")
+    again = run_replay(run / "protocol.yaml", signer, executor="inline")
+    assert not again.skipped
+    assert (run / "replay" / "summary.json").read_bytes() == before["replay/summary.json"]
+    assert len(list((run / "links").glob("*-replay.link.json"))) == 2
