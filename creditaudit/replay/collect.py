@@ -11,13 +11,15 @@ Each task's rollouts are one Parquet shard written atomically (``collect/shards/
 interrupted collection resumes at the first missing shard and produces the same bytes as an
 uninterrupted one. The shards are then concatenated into ``collect/trajectories.parquet`` (one
 row per turn, stamped with the protocol id; its columns are described in
-:mod:`creditaudit.replay.records`).
+:mod:`creditaudit.replay.records`), and removed once the link record attests the concatenation:
+a finished run holds no file that no link record vouches for.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import json
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -295,8 +297,10 @@ def collect(
     ) as link:
         write_parquet_atomic(table, run_dir / TRAJECTORIES)
         (out_dir / "summary.json").write_bytes(canonical_bytes(summary.to_dict()) + b"\n")
-        for name in (TRAJECTORIES, f"{COLLECT_DIR}/summary.json", f"{COLLECT_DIR}/determinism.json"):
+        for name in (TRAJECTORIES, f"{COLLECT_DIR}/summary.json", f"{COLLECT_DIR}/determinism.json",
+                     f"{COLLECT_DIR}/provenance.json"):
             link.add_output(run_dir / name)
+    shutil.rmtree(shard_dir, ignore_errors=True)  # the attested concatenation holds every row
     return summary
 
 
@@ -316,6 +320,7 @@ def _completed(frozen: FrozenProtocol) -> CollectSummary | None:
     for name in (TRAJECTORIES, f"{COLLECT_DIR}/summary.json"):
         if products.get(name) != sha256_file(run_dir / name):
             return None
+    shutil.rmtree(run_dir / COLLECT_DIR / "shards", ignore_errors=True)  # left by a stop after the attestation
     data = json.loads(summary_path.read_text())
     return CollectSummary(**data, resumed_shards=frozen.protocol.collection.n_tasks)
 

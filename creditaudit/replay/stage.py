@@ -5,13 +5,15 @@ the default), in this process (``"inline"``), or on a Ray cluster (``"ray"``); e
 the same unit function, so results are identical (:mod:`creditaudit.replay.executors`). Units
 write their shards atomically (``replay/shards/``); a rerun skips finished units, so an
 interrupted replay (even ``kill -9``) resumes without losing or duplicating a rollout and ends with
-the same bytes as an uninterrupted run.
+the same bytes as an uninterrupted run. Once the concatenated tables are attested by the stage's
+link record the shards are removed: a finished run holds no file that no link record vouches for.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -184,6 +186,7 @@ def run_replay(
             link.add_output(run_dir / rel)
         (run_dir / SUMMARY).write_bytes(canonical_bytes(document) + b"\n")
         link.add_output(run_dir / SUMMARY)
+    shutil.rmtree(shard_dir, ignore_errors=True)  # the attested tables hold every row
     return summary
 
 
@@ -193,6 +196,7 @@ def _completed(frozen: FrozenProtocol, signer: Signer) -> ReplaySummary | None:
 
     if not stage_is_current(frozen.run_dir, "replay", frozen.id, signer.key_id):
         return None
+    shutil.rmtree(frozen.run_dir / REPLAY_DIR / "shards", ignore_errors=True)  # left by a stop after the attestation
     try:
         document = json.loads((frozen.run_dir / SUMMARY).read_text("utf-8"))
     except (OSError, json.JSONDecodeError):  # pragma: no cover - the link record vouches for its bytes

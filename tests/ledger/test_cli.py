@@ -32,10 +32,13 @@ def test_verify_and_check_pass_on_a_good_run(ledgered_run, capsys):
 
 def test_check_fails_with_the_question_that_failed(ledgered_run, copy_run, capsys):
     run = copy_run(ledgered_run[0])
-    shard = run / "collect" / "shards" / "0000.parquet"
-    shard.write_bytes(b"\x00" * shard.stat().st_size)
+    shard = run / "collect" / "shards" / "0000.parquet"  # left by an interrupted collection, then torn
+    shard.parent.mkdir(parents=True)
+    shard.write_bytes(b"\x00" * 4096)
     assert _cli(["ledger", "check", "--run", str(run)]) == 1
     out = capsys.readouterr().out
+    assert "1. Is each hashed file the intended one (manifest name <-> path <-> hash, link records)? FAILED (1)" in out
+    assert "collect/shards/0000.parquet: a shard that no link record attests" in out
     assert "2. Was each file written correctly? FAILED (1)" in out
     assert "collect/shards/0000.parquet: all" in out and "not written correctly" in out
 

@@ -50,6 +50,8 @@ def test_stage_outputs_and_counters(reference_run):
     facts = first[first.arm == "fact"].set_index(["trajectory_id", "turn"]).first
     assert (facts == turns.set_index(["trajectory_id", "turn"]).action.reindex(facts.index)).all()
     assert summary.engine_steps > 0 and summary.cache_hits > 0
+    # the shards are removed once the concatenated tables are attested: nothing unvouched remains
+    assert not (run / "replay" / "shards").exists()
 
 
 def test_local_workers_give_identical_bytes(tmp_path, planted_policy_dir, reference_run):
