@@ -213,5 +213,5 @@ def test_an_unchecked_path_error_is_still_one_line_and_exit_2(tmp_path, monkeypa
         main(["protocol", "keygen", "--out", str(tmp_path / "keys")])
     err = capsys.readouterr().err
     assert exc.value.code == 2 and "Traceback" not in err
-    assert err.strip().splitlines() == [f"error: {tmp_path / 'keys' / 'creditaudit.key'}: Not a directory (check the "
-                                        "paths given on the command line)"]
+    expected = f"error: {tmp_path / 'keys' / 'creditaudit.key'}: Not a directory (check the paths given on the command line)"
+    assert err.strip().splitlines() == [expected]

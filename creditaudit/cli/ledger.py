@@ -70,10 +70,9 @@ def verify_command(
 
 
 def _check(run: Path, ledger: Path | None) -> None:
+    from creditaudit.cli.paths import existing_file
     from creditaudit.ledger.build import protocol_path
     from creditaudit.ledger.integrity import check_integrity
-
-    from creditaudit.cli.paths import existing_file
 
     protocol_path(run)  # a missing run is bad usage (exit 2), not a failed check
     if ledger is not None:

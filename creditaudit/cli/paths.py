@@ -11,7 +11,7 @@ from pathlib import Path
 
 from creditaudit.errors import InputError
 
-__all__ = ["existing_dir", "existing_file", "dir_to_write", "file_to_write"]
+__all__ = ["existing_file", "dir_to_write", "file_to_write"]
 
 
 def _file_above(path: Path) -> Path | None:
@@ -27,16 +27,6 @@ def _no_file_above(path: Path, option: str) -> None:
     if above is not None:
         raise InputError(f"{path}: {above} is a file, not a directory, so nothing can be made under it; "
                          f"give {option} a path in a directory")
-
-
-def existing_dir(path: Path, option: str) -> Path:
-    """``path``, which must be an existing directory."""
-    _no_file_above(path, option)
-    if not path.exists():
-        raise InputError(f"{path}: no such directory; {option} names an existing directory")
-    if not path.is_dir():
-        raise InputError(f"{path}: is a file, not a directory; {option} names a directory")
-    return path
 
 
 def existing_file(path: Path, option: str) -> Path:

@@ -46,11 +46,10 @@ def build_command(
     quiet: bool = typer.Option(False, "--quiet", help="No progress display."),
 ) -> None:
     """Build the embedded default policy (tiny Qwen2, word-level tokenizer, behaviour cloning)."""
+    from creditaudit.cli.paths import dir_to_write
     from creditaudit.protocol.io import load_protocol
     from creditaudit.protocol.lock import policy_dir
     from creditaudit.replay.policies.default.build import BUILD_RECORD, build_default_policy
-
-    from creditaudit.cli.paths import dir_to_write
 
     if out is not None:
         dir_to_write(out, "--out")

@@ -466,10 +466,9 @@ def _stage_dirs(*, outputs: bool) -> list[str]:
     return sorted(dirs)
 
 
-def _unvouched(run_dir: Path, attested: set[str], *, outputs: bool) -> tuple[list[Finding], int]:
+def _unvouched(run_dir: Path, attested: set[str], *, outputs: bool) -> list[Finding]:
     """A finding for every file in a stage's directory that no link record attests."""
     findings = []
-    n = 0
     for top in _stage_dirs(outputs=outputs):
         base = run_dir / top
         if not base.is_dir():
@@ -477,7 +476,6 @@ def _unvouched(run_dir: Path, attested: set[str], *, outputs: bool) -> tuple[lis
         for path in sorted(base.rglob("*")):
             if path.is_dir():
                 continue
-            n += 1
             rel = path.relative_to(run_dir).as_posix()
             if rel in attested:
                 continue
@@ -491,7 +489,7 @@ def _unvouched(run_dir: Path, attested: set[str], *, outputs: bool) -> tuple[lis
                 detail = (f"no link record attests it (a file put here by hand, or left by an interrupted write): "
                           f"nothing vouches for its bytes; delete it or {rerun}")
             findings.append(Finding("intended", rel, detail))
-    return findings, n
+    return findings
 
 
 # ------------------------------------------------------------------------------------------ the checks
@@ -554,9 +552,8 @@ def check_integrity(run_dir: str | Path, *, outputs: bool = True, ledger_path: s
         for rel, message in chain.changed:
             report.findings.append(Finding("intended", rel, message.split(": ", 1)[1]))
         report.checked["intended"] += len(chain.attested)
-        if chain.error is None:
-            findings, _ = _unvouched(run_dir, set(chain.attested), outputs=outputs)
-            report.findings += findings
+        if chain.error is None:  # a broken chain attests nothing: its error is the finding
+            report.findings += _unvouched(run_dir, set(chain.attested), outputs=outputs)
     if outputs:
         target = Path(ledger_path) if ledger_path else run_dir / LEDGER_JSON
         if target.is_file():

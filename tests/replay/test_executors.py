@@ -38,7 +38,7 @@ def test_killing_only_the_main_replay_process_leaves_no_worker_behind(tmp_path, 
         descendants = parent.children(recursive=True)
         os.kill(proc.pid, signal.SIGKILL)  # the main process only: its workers are not signalled
         proc.wait()
-        gone, alive = psutil.wait_procs(descendants, timeout=30)
+        _, alive = psutil.wait_procs(descendants, timeout=30)
         assert not alive, [(p.pid, p.cmdline()) for p in alive]
     finally:  # never leave an orphan behind a failed test
         if proc.poll() is None:
