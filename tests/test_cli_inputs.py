@@ -65,6 +65,7 @@ PATH_KINDS: dict[tuple[str, str], str] = {
 #: Values of the other parameters while one is varied: paths inside the prepared directory (a
 #: frozen run ``run`` with a stand-in policy, an unpinned protocol ``proto.yaml``).
 BASE: dict[str, dict[str, str]] = {
+    "replay": {"run": "run"},
     "export": {"run": "run", "out": "out.parquet"},
     "report": {"run": "run"},
     "protocol pin": {"path": "proto.yaml"},
