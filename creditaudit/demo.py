@@ -230,23 +230,39 @@ def run_demo(run: Path, *, quiet: bool = False, overrides: dict[str, Any] | None
     # 9. training arms
     from creditaudit.training_arms.stage import run_arms
 
-    _say("[9/11] training arms (LoRA, common random numbers)")
-    with progress_bars(enabled=not quiet) as update:
-        arms = run_arms(protocol_path, signer, progress=update)
+    if stage_is_current(run, "arms", frozen.id, signer.key_id):
+        _say("[9/11] training arms already done")
+    else:
+        _say("[9/11] training arms (LoRA, common random numbers)")
+        with progress_bars(enabled=not quiet) as update:
+            run_arms(protocol_path, signer, progress=update)
     report["arms_summary"] = str(run / "arms" / "summary.md")
-    del arms
     # 10. the ledger, regenerated twice in fresh processes and compared byte for byte
     from creditaudit.ledger import regenerate, write_report
+    from creditaudit.ledger.catalogue import LEDGER_JSON, REPORT_DIR
 
-    _say("[10/11] ledger: every number regenerated twice from the raw artifacts")
-    with progress_bars(enabled=not quiet) as update:
-        ledger = regenerate(run, signer=signer, progress=update)
-    report["ledger"] = {"path": str(ledger.path), "entries": ledger.n_entries, "sha256": ledger.sha256,
-                        "identical_runs": ledger.identical_runs}
+    if stage_is_current(run, "ledger", frozen.id, signer.key_id):
+        _say("[10/11] ledger already regenerated (twice, byte-identical) from the current artifacts")
+        from creditaudit.ledger.model import read_ledger
+        from creditaudit.protocol.canonical import sha256_file
+
+        path = run / LEDGER_JSON
+        report["ledger"] = {"path": str(path), "entries": len(read_ledger(path).entries), "sha256": sha256_file(path),
+                            "identical_runs": 2}
+    else:
+        _say("[10/11] ledger: every number regenerated twice from the raw artifacts")
+        with progress_bars(enabled=not quiet) as update:
+            ledger = regenerate(run, signer=signer, progress=update)
+        report["ledger"] = {"path": str(ledger.path), "entries": ledger.n_entries, "sha256": ledger.sha256,
+                            "identical_runs": ledger.identical_runs}
     # 11. the report
-    _say("[11/11] report")
-    written = write_report(run, signer=signer)
-    report["report"] = {"markdown": str(written.markdown), "html": str(written.html)}
+    if stage_is_current(run, "report", frozen.id, signer.key_id):
+        _say("[11/11] report already written from the current ledger")
+        report["report"] = {"markdown": str(run / REPORT_DIR / "report.md"), "html": str(run / REPORT_DIR / "report.html")}
+    else:
+        _say("[11/11] report")
+        written = write_report(run, signer=signer)
+        report["report"] = {"markdown": str(written.markdown), "html": str(written.html)}
     return report
 
 
@@ -256,9 +272,10 @@ def demo_command(
 ) -> None:
     """Run the end-to-end demo on the embedded default (resumable): protocol, policy, games, collect, replay,
     signals, audit, arms, ledger, report."""
+    from creditaudit.cli.paths import dir_to_write
     from creditaudit.papers import measurability_text
 
-    report = run_demo(run, quiet=quiet)
+    report = run_demo(dir_to_write(run, "--run"), quiet=quiet)
     collect = report["collect"]
     mmap = report["measurability"]
     fmt = (lambda v: "undefined" if v is None else f"{v:.3f}")

@@ -111,4 +111,10 @@ def main(argv: list[str] | None = None) -> None:
     except CreditAuditError as exc:
         err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
+    except (FileExistsError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as exc:
+        # a path of the wrong kind that no command checked first: still bad usage, never a traceback
+        where = f"{exc.filename}: " if exc.filename else ""
+        err_console.print(f"[bold red]error:[/] {escape(where + (exc.strerror or str(exc)))} (check the paths given "
+                          "on the command line)", highlight=False, soft_wrap=True)
+        sys.exit(2)
     sys.exit(result if isinstance(result, int) else 0)

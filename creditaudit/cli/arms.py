@@ -19,14 +19,24 @@ def arms_command(
 
     Resumable: rerunning keeps finished checkpoints and trains the rest.
     """
-    from creditaudit.protocol.signing import load_signer
+    import json
+
     from creditaudit.cli.replay import protocol_in
-    from creditaudit.training_arms.stage import SUMMARY_MD, run_arms
+    from creditaudit.protocol.links import stage_is_current
+    from creditaudit.protocol.lock import require_frozen
+    from creditaudit.protocol.signing import load_signer
+    from creditaudit.training_arms.stage import ANALYSIS_JSON, SUMMARY_MD, run_arms
 
     protocol = protocol_in(run)
-    with progress_bars(enabled=not quiet) as update:
-        doc = run_arms(protocol, load_signer(run / "keys" / "creditaudit.key"), progress=update)
-    a = doc.analysis
+    signer = load_signer(run / "keys" / "creditaudit.key")
+    frozen = require_frozen(protocol)
+    if stage_is_current(frozen.run_dir, "arms", frozen.id, signer.key_id):
+        typer.echo("arms already trained and analysed; their inputs and outputs match their link record "
+                   "(nothing rewritten)")
+        a = json.loads((frozen.run_dir / ANALYSIS_JSON).read_text("utf-8"))["analysis"]
+    else:
+        with progress_bars(enabled=not quiet) as update:
+            a = run_arms(protocol, signer, progress=update).analysis
     fmt = (lambda v, spec=".3f": "—" if v is None else format(v, spec))
     held = a["success"]["held_out"]
     typer.echo(f"held-out success (base {fmt(held['base'])}): "

@@ -19,15 +19,26 @@ def audit_command(
 ) -> None:
     """Fidelity audit: every family and control against the replay truth, verdicts through the frozen order."""
     from creditaudit.audit.export import STATISTICS_PARQUET
-    from creditaudit.audit.stage import SUMMARY_MD, run_audit
+    from creditaudit.audit.stage import AUDIT_JSON, SUMMARY_MD, run_audit
     from creditaudit.cli.replay import protocol_in
+    from creditaudit.protocol.links import stage_is_current
+    from creditaudit.protocol.lock import require_frozen
     from creditaudit.protocol.signing import load_signer
 
-    doc = run_audit(protocol_in(run), load_signer(run / "keys" / "creditaudit.key"))
+    protocol = protocol_in(run)
+    signer = load_signer(run / "keys" / "creditaudit.key")
+    frozen = require_frozen(protocol)
+    if stage_is_current(frozen.run_dir, "audit", frozen.id, signer.key_id):
+        # a finished audit whose inputs and outputs match its link record is not run (or attested) again
+        document = json.loads((frozen.run_dir / AUDIT_JSON).read_text("utf-8"))
+        if not as_json:
+            typer.echo("audit already done; its inputs and outputs match its link record (nothing rewritten)")
+    else:
+        document = run_audit(protocol, signer).model_dump(mode="json")
     if as_json:
-        typer.echo(json.dumps(doc.model_dump(mode="json"), sort_keys=True))
+        typer.echo(json.dumps(document, sort_keys=True))
         return
-    for sentence in doc.sentences.values():
+    for sentence in document["sentences"].values():
         typer.echo(sentence)
     typer.echo(f"wrote {run / SUMMARY_MD}, {run / 'audit' / 'audit.json'}, {run / STATISTICS_PARQUET} and figures "
                f"in {run / 'audit' / 'figures'}")

@@ -29,8 +29,12 @@ def regenerate_command(
 ) -> None:
     """Rebuild every entry from the raw artifacts in two fresh processes; write ledger/ledger.json only if both
     are byte-identical (exit 1 otherwise, the previous ledger left in place)."""
+    from creditaudit.cli.paths import file_to_write
     from creditaudit.ledger.build import regenerate
     from creditaudit.progress import progress_bars
+
+    if ledger is not None:
+        file_to_write(ledger, "--ledger")
 
     with progress_bars(enabled=not quiet) as update:
         result = regenerate(run, ledger_path=ledger, progress=update)
@@ -66,8 +70,13 @@ def verify_command(
 
 
 def _check(run: Path, ledger: Path | None) -> None:
+    from creditaudit.cli.paths import existing_file
+    from creditaudit.ledger.build import protocol_path
     from creditaudit.ledger.integrity import check_integrity
 
+    protocol_path(run)  # a missing run is bad usage (exit 2), not a failed check
+    if ledger is not None:
+        existing_file(ledger, "--ledger")
     report = check_integrity(run, ledger_path=ledger)
     typer.echo(report.render())
     if not report.ok:
@@ -99,8 +108,19 @@ def report_command(
 ) -> None:
     """Write report/report.md and report/report.html: every number taken from the ledger by name, the protocol id,
     verdicts with gate traces, deviations, and the router with its negative result."""
+    from creditaudit.ledger.build import protocol_path
     from creditaudit.ledger.report import write_report
+    from creditaudit.protocol.links import stage_is_current
+    from creditaudit.protocol.lock import require_frozen
 
+    if ledger is None and (run / "keys" / "creditaudit.key").is_file():
+        from creditaudit.protocol.signing import load_signer
+
+        frozen = require_frozen(protocol_path(run))
+        if stage_is_current(frozen.run_dir, "report", frozen.id, load_signer(run / "keys" / "creditaudit.key").key_id):
+            typer.echo(f"report already written from the current ledger; its inputs and outputs match its link "
+                       f"record (nothing rewritten): {run / 'report' / 'report.md'}")
+            return
     result = write_report(run, ledger_path=ledger)
     typer.echo(f"wrote {result.markdown} and {result.html} ({len(result.figures)} figures, "
                f"{result.n_references} ledger references)")

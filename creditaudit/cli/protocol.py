@@ -11,6 +11,7 @@ from typing import Any
 import typer
 
 from creditaudit.artifacts import write_bytes_atomic
+from creditaudit.cli.paths import dir_to_write, existing_file, file_to_write
 from creditaudit.errors import CheckFailed, InputError
 from creditaudit.protocol.inputs import policy_pins
 from creditaudit.protocol.io import default_template_text, load_protocol, parse_protocol
@@ -61,6 +62,7 @@ def init_command(
     ),
 ) -> None:
     """Write the fully commented default protocol template (the paper's constants and gates)."""
+    file_to_write(path, "`protocol init PATH`")
     if path.exists():
         raise InputError(f"{path}: already exists; `protocol init` never overwrites (choose another path)")
     text = render_template(policy, path.parent)
@@ -146,15 +148,18 @@ def migrate_command(
     """Rewrite an older protocol in the current schema (a new protocol, with a new id, to pin and freeze)."""
     import yaml
 
-    from creditaudit.protocol.io import migrate
+    from creditaudit.protocol.io import migrate, yaml_error_message
 
+    file_to_write(new, "`protocol migrate OLD NEW`")
     if new.exists():
         raise InputError(f"{new}: already exists; `protocol migrate` never overwrites (choose another path)")
     try:
         data = yaml.safe_load(old.read_text("utf-8"))
     except FileNotFoundError:
         raise InputError(f"{old}: protocol file not found") from None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+    except yaml.YAMLError as exc:
+        raise InputError(yaml_error_message(exc, str(old))) from None
+    except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"{old}: cannot read the protocol ({exc})") from None
     if not isinstance(data, dict):
         raise InputError(f"{old}: a protocol is a YAML mapping at the top level")
@@ -174,7 +179,7 @@ def keygen_command(
     out: Path = typer.Option(Path("keys"), "--out", help="Directory for creditaudit.key / creditaudit.pub."),
 ) -> None:
     """Make an Ed25519 key pair for signing locks and stage links (never overwrites)."""
-    private, public = generate_keypair(out)
+    private, public = generate_keypair(dir_to_write(out, "--out"))
     typer.echo(f"wrote {private} (private, mode 600) and {public}")
 
 
@@ -191,6 +196,8 @@ def freeze_command(
     registry: Path | None = typer.Option(None, "--registry", help="Registry file (default: registry.jsonl beside it)."),
 ) -> None:
     """Sign the protocol, write its lock, append it to the hash-chained registry."""
+    if registry is not None:
+        file_to_write(registry, "--registry")
     signer = load_signer(key or default_key_path(path))
     lock = freeze(path, signer, registry_path=registry)
     typer.echo(f"frozen {path.name}: protocol id {lock.protocol_id}")
@@ -205,6 +212,8 @@ def verify_command(
     inputs: bool = typer.Option(True, "--inputs/--no-inputs", help="Re-hash the pinned policy files."),
 ) -> None:
     """Recompute id, signature, registry chain and pins; exit 1 with a field-level diff on any change."""
+    if registry is not None:
+        existing_file(registry, "--registry")
     report = verify(path, registry_path=registry, public_key_path=pubkey, check_inputs=inputs)
     if not report.ok:
         raise CheckFailed(f"{path}: verification failed\n{report.render()}")
@@ -220,6 +229,8 @@ def amend_command(
     registry: Path | None = typer.Option(None, "--registry", help="Registry file (default: the parent's)."),
 ) -> None:
     """Freeze a child protocol that names its parent; the registry keeps both and the deviations."""
+    if registry is not None:
+        file_to_write(registry, "--registry")
     signer = load_signer(key or default_key_path(parent))
     lock = amend(parent, child, signer, reason=reason, registry_path=registry)
     typer.echo(f"amended {parent.name} -> {child.name}: protocol id {lock.protocol_id}")

@@ -46,14 +46,17 @@ def build_command(
     quiet: bool = typer.Option(False, "--quiet", help="No progress display."),
 ) -> None:
     """Build the embedded default policy (tiny Qwen2, word-level tokenizer, behaviour cloning)."""
+    from creditaudit.cli.paths import dir_to_write
     from creditaudit.protocol.io import load_protocol
     from creditaudit.protocol.lock import policy_dir
     from creditaudit.replay.policies.default.build import BUILD_RECORD, build_default_policy
 
+    if out is not None:
+        dir_to_write(out, "--out")
     spec = load_protocol(protocol)
     if spec.policy.source != "builtin":
         raise InputError(f"{protocol}: field `policy.source` is {spec.policy.source!r}; only 'builtin' policies are built")
-    target = out or policy_dir(spec, protocol)
+    target = dir_to_write(out or policy_dir(spec, protocol), "the protocol's policy.path")
     if (target / BUILD_RECORD).is_file():
         record = json.loads((target / BUILD_RECORD).read_text())
         typer.echo(f"policy already built in {target} (reusing it; delete the directory to rebuild)")
@@ -120,16 +123,19 @@ def collect_command(
 def replay_command(
     run: Path = typer.Option(Path("."), "--run", help=_RUN_HELP),
     executor: str = typer.Option("local", "--executor", help="local (worker processes), inline, or ray."),
-    workers: int = typer.Option(0, "--workers", help="Worker processes / Ray actors (0: up to 2)."),
+    workers: int | None = typer.Option(None, "--workers", min=1,
+                                       help="Worker processes / Ray actors, at least 1 (default: up to 2)."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress display."),
 ) -> None:
     """Execute counterfactual replays of every collected turn; writes replay/ and the measurability map."""
     from creditaudit.replay.stage import SUMMARY, run_replay
 
     with progress_bars(enabled=not quiet) as update:
-        summary = run_replay(protocol_in(run), _signer(run), executor=executor, workers=workers or None,
+        summary = run_replay(protocol_in(run), _signer(run), executor=executor, workers=workers,
                              progress=update)
     mmap = json.loads((run / SUMMARY).read_text())["measurability"]
+    if summary.skipped:
+        typer.echo("replay already finished; its inputs and outputs match its link record (nothing rewritten)")
     typer.echo(
         f"replayed {summary.n_turns} turns of {summary.n_trajectories} trajectories with {summary.n_rollouts} "
         f"rollouts: {summary.divergences} prefix divergences, {summary.restore_failures} restore failures, "

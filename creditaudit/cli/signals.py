@@ -24,12 +24,24 @@ def signals_command(
     quiet: bool = typer.Option(False, "--quiet", help="No progress display."),
 ) -> None:
     """Per-turn credit of every collected trajectory from every family and control; writes signals/."""
+    import json
+
+    from creditaudit.protocol.links import stage_is_current
+    from creditaudit.protocol.lock import require_frozen
     from creditaudit.protocol.signing import load_signer
-    from creditaudit.signals.stage import run_signals
+    from creditaudit.signals.stage import SUMMARY, SignalsSummary, run_signals
 
     protocol = _protocol_in(run)
-    with progress_bars(enabled=not quiet) as update:
-        summary = run_signals(protocol, load_signer(run / "keys" / "creditaudit.key"), progress=update)
+    signer = load_signer(run / "keys" / "creditaudit.key")
+    frozen = require_frozen(protocol)
+    if stage_is_current(frozen.run_dir, "signals", frozen.id, signer.key_id):
+        typer.echo("signals already computed; their inputs and outputs match their link record (nothing rewritten)")
+        doc = json.loads((frozen.run_dir / SUMMARY).read_text("utf-8"))
+        summary = SignalsSummary(protocol_id=frozen.id, n_trajectories=doc["n_trajectories"], n_turns=doc["n_turns"],
+                                 families=list(doc["families"]), controls=list(doc["controls"]), document=doc)
+    else:
+        with progress_bars(enabled=not quiet) as update:
+            summary = run_signals(protocol, signer, progress=update)
     doc = summary.document
     typer.echo(f"credit for {summary.n_turns} turns of {summary.n_trajectories} trajectories: "
                f"{len(summary.families)} families, {len(summary.controls)} controls")

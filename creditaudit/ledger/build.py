@@ -319,7 +319,10 @@ def regenerate(run_dir: str | Path, *, signer: Any = None, ledger_path: str | Pa
     inputs = [frozen.path, frozen.path.with_name(frozen.path.stem + ".lock.json")]
     inputs += [root / a.path for a in ledger.artifacts if artifact(a.name).attested]
     link_path = None
-    if _inside(root, target):
+    if _inside(root, target) and _unchanged(root, target, first, frozen.id, signer.key_id):
+        # the ledger stored and attested is byte-identical to both computations: nothing to rewrite
+        link_path = sorted((root / "links").glob("*-ledger.link.json"))[-1]
+    elif _inside(root, target):
         link = StageLink(root, "ledger", frozen.id, signer, command=["creditaudit", "ledger", "regenerate"],
                          parameters={"producers": [p.name for p in ledger.producers],
                                      "code_version": ledger.code_version, "identical_runs": 2},
@@ -331,6 +334,19 @@ def regenerate(run_dir: str | Path, *, signer: Any = None, ledger_path: str | Pa
     else:
         write_bytes_atomic(target, first)
     return RegenerateResult(target, ledger, sha256_bytes(first), len(ledger.entries), 2, link_path)
+
+
+def _unchanged(root: Path, target: Path, computed: bytes, protocol_id: str, key_id: str) -> bool:
+    """Whether ``target`` already holds ``computed`` and the latest ledger link record still vouches
+    for it and for every input it read."""
+    from creditaudit.protocol.links import LINKS_DIR, read_link, stage_is_current
+
+    if not (target.is_file() and target.read_bytes() == computed
+            and stage_is_current(root, "ledger", protocol_id, key_id)):
+        return False
+    latest = read_link(sorted((root / LINKS_DIR).glob("*-ledger.link.json"))[-1])
+    rel = target.resolve().relative_to(root.resolve()).as_posix()
+    return rel in {p["name"] for p in latest.products}
 
 
 def _inside(run_dir: Path, path: Path) -> bool:

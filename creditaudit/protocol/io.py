@@ -21,6 +21,7 @@ __all__ = [
     "protocol_dict",
     "protocol_canonical_json",
     "format_validation_error",
+    "yaml_error_message",
     "migrate",
 ]
 
@@ -138,12 +139,38 @@ def protocol_from_dict(data: Any, *, source: str = "<protocol>") -> Protocol:
         raise InputError(format_validation_error(exc, source)) from None
 
 
+def yaml_error_message(exc: yaml.YAMLError, source: str) -> str:
+    r"""One line naming ``source`` (the file, not PyYAML's ``"<unicode string>"``), the line and column
+    of the problem, the problem, and the construct it was found in.
+
+    Examples
+    --------
+    >>> try:
+    ...     yaml.safe_load("a: 1\nb: [1, 2\nc: 3\n")
+    ... except yaml.YAMLError as exc:
+    ...     print(yaml_error_message(exc, "protocol.yaml"))
+    protocol.yaml, line 3, column 2: malformed YAML: expected ',' or ']', but got ':' (while parsing a flow sequence that starts at line 2, column 4); fix the YAML syntax there
+    """
+    problem = getattr(exc, "problem", None)
+    mark = getattr(exc, "problem_mark", None)
+    if problem is None:  # not a marked error: PyYAML's text without its mark lines
+        return f"{source}: malformed YAML: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+    where = f"{source}, line {mark.line + 1}, column {mark.column + 1}" if mark is not None else source
+    context = getattr(exc, "context", None)
+    started = getattr(exc, "context_mark", None)
+    inside = ""
+    if context:
+        inside = f" ({context}" + (f" that starts at line {started.line + 1}, column {started.column + 1}"
+                                   if started is not None else "") + ")"
+    return f"{where}: malformed YAML: {problem}{inside}; fix the YAML syntax there"
+
+
 def parse_protocol(text: str, *, source: str = "<protocol>") -> Protocol:
     """Parse YAML text into a validated :class:`Protocol`."""
     try:
         data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - SafeLoader subclass
     except yaml.YAMLError as exc:
-        raise InputError(f"{source}: malformed YAML: {exc}") from None
+        raise InputError(yaml_error_message(exc, source)) from None
     return protocol_from_dict(data, source=source)
 
 

@@ -11,13 +11,15 @@ Each task's rollouts are one Parquet shard written atomically (``collect/shards/
 interrupted collection resumes at the first missing shard and produces the same bytes as an
 uninterrupted one. The shards are then concatenated into ``collect/trajectories.parquet`` (one
 row per turn, stamped with the protocol id; its columns are described in
-:mod:`creditaudit.replay.records`).
+:mod:`creditaudit.replay.records`), and removed once the link record attests the concatenation:
+a finished run holds no file that no link record vouches for.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import json
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +43,7 @@ __all__ = [
     "COLLECT_DIR",
     "TRAJECTORIES",
     "CollectSummary",
+    "check_run_policy",
     "collect",
     "load_run_policy",
     "policy_files_in_run",
@@ -68,10 +71,10 @@ class CollectSummary:
         return {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "resumed_shards"}
 
 
-def load_run_policy(frozen: FrozenProtocol, **kwargs: Any):
-    """Load the protocol's policy, refusing files whose hashes differ from the pinned ones."""
+def check_run_policy(frozen: FrozenProtocol) -> Path:
+    """The protocol's policy directory, refusing files whose hashes differ from the pinned ones
+    (without loading the model)."""
     from creditaudit.protocol.lock import input_problems
-    from creditaudit.replay.policies.hf import load_policy
 
     directory = policy_dir(frozen.protocol, frozen.path)
     if not directory.is_dir():
@@ -81,6 +84,14 @@ def load_run_policy(frozen: FrozenProtocol, **kwargs: Any):
         raise CheckFailed(
             f"policy {directory}: its files differ from the hashes the protocol pins:\n  " + "\n  ".join(problems)
         )
+    return directory
+
+
+def load_run_policy(frozen: FrozenProtocol, **kwargs: Any):
+    """Load the protocol's policy, refusing files whose hashes differ from the pinned ones."""
+    from creditaudit.replay.policies.hf import load_policy
+
+    directory = check_run_policy(frozen)
     section = frozen.protocol.policy
     return load_policy(
         directory,
@@ -296,8 +307,10 @@ def collect(
     ) as link:
         write_parquet_atomic(table, run_dir / TRAJECTORIES)
         (out_dir / "summary.json").write_bytes(canonical_bytes(summary.to_dict()) + b"\n")
-        for name in (TRAJECTORIES, f"{COLLECT_DIR}/summary.json", f"{COLLECT_DIR}/determinism.json"):
+        for name in (TRAJECTORIES, f"{COLLECT_DIR}/summary.json", f"{COLLECT_DIR}/determinism.json",
+                     f"{COLLECT_DIR}/provenance.json"):
             link.add_output(run_dir / name)
+    shutil.rmtree(shard_dir, ignore_errors=True)  # the attested concatenation holds every row
     return summary
 
 
@@ -317,6 +330,7 @@ def _completed(frozen: FrozenProtocol) -> CollectSummary | None:
     for name in (TRAJECTORIES, f"{COLLECT_DIR}/summary.json"):
         if products.get(name) != sha256_file(run_dir / name):
             return None
+    shutil.rmtree(run_dir / COLLECT_DIR / "shards", ignore_errors=True)  # left by a stop after the attestation
     data = json.loads(summary_path.read_text())
     return CollectSummary(**data, resumed_shards=frozen.protocol.collection.n_tasks)
 

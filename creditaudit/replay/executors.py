@@ -4,11 +4,16 @@ A work unit is one collected trajectory (:func:`~creditaudit.replay.engine.repla
 Every executor runs the same unit function, so results are identical: each worker loads the
 policy and makes one environment once (:func:`worker_init`), with one torch thread so numerics do
 not depend on the executor, and writes each unit's shards atomically (:func:`worker_run`).
+
+Local workers die with the process that started them (:func:`die_with_parent`): killing only the
+main ``replay`` process, even with ``kill -9``, leaves no worker holding a loaded policy behind.
 """
 
 from __future__ import annotations
 
 import os
+import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,7 +25,8 @@ from creditaudit.replay.compute import stored_numerics
 from creditaudit.replay.engine import ReplaySettings, UnitResult, replay_trajectory, write_unit
 from creditaudit.replay.tasks import make_environment, read_tasks, task_for
 
-__all__ = ["EXECUTORS", "REPLAY_DIR", "unit_name", "worker_init", "replay_unit", "worker_run", "execute"]
+__all__ = ["EXECUTORS", "REPLAY_DIR", "unit_name", "die_with_parent", "worker_init", "local_worker_init",
+           "replay_unit", "worker_run", "execute"]
 
 REPLAY_DIR = "replay"
 EXECUTORS = ("local", "inline", "ray")
@@ -32,6 +38,46 @@ def unit_name(trajectory_id: str) -> str:
 
 
 _WORKER: dict[str, Any] = {}
+
+#: How often a worker's watchdog looks for its parent (seconds).
+PARENT_POLL_S = 0.5
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Make this process exit as soon as the process ``parent_pid`` that started it is gone.
+
+    Two mechanisms, because a ``ProcessPoolExecutor`` worker blocked on its call queue never notices
+    its parent's death by itself (it holds a write end of the queue's pipe, so no end of file comes):
+
+    * on Linux, ``prctl(PR_SET_PDEATHSIG, SIGKILL)``: the kernel kills this process when its parent
+      dies, even while it is busy in native code;
+    * everywhere, a daemon thread that polls ``os.getppid()`` every :data:`PARENT_POLL_S` seconds
+      and exits the process once it is no longer ``parent_pid`` (the parent died and this process
+      was re-parented).
+
+    A parent that died before this call (while the worker was still starting) is caught by the
+    first check.
+    """
+    import signal
+
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):  # pragma: no cover - no prctl: the watchdog suffices
+            pass
+    if os.getppid() != parent_pid:
+        os._exit(70)
+
+    def watch() -> None:
+        while True:
+            if os.getppid() != parent_pid:
+                os._exit(70)
+            threading.Event().wait(PARENT_POLL_S)
+
+    threading.Thread(target=watch, name="creditaudit-parent-watchdog", daemon=True).start()
 
 
 def worker_init(protocol_path: str) -> None:
@@ -45,6 +91,12 @@ def worker_init(protocol_path: str) -> None:
         tasks={t.task_id: t for t in read_tasks(frozen)},
         settings=ReplaySettings.from_protocol(frozen.protocol),
     )
+
+
+def local_worker_init(protocol_path: str, parent_pid: int) -> None:
+    """:func:`worker_init` of a local worker process, which dies with its parent ``parent_pid``."""
+    die_with_parent(parent_pid)
+    worker_init(protocol_path)
 
 
 def replay_unit(trajectory: Any) -> UnitResult:
@@ -99,7 +151,7 @@ def execute(protocol_path: Path, pending: list[Any], *, executor: str, workers: 
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
         with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
-                                 initializer=worker_init, initargs=(str(protocol_path),)) as pool:
+                                 initializer=local_worker_init, initargs=(str(protocol_path), os.getpid())) as pool:
             futures = [pool.submit(worker_run, trajectory) for trajectory in pending]
             for future in as_completed(futures):
                 done(future.result()[0])

@@ -5,13 +5,15 @@ the default), in this process (``"inline"``), or on a Ray cluster (``"ray"``); e
 the same unit function, so results are identical (:mod:`creditaudit.replay.executors`). Units
 write their shards atomically (``replay/shards/``); a rerun skips finished units, so an
 interrupted replay (even ``kill -9``) resumes without losing or duplicating a rollout and ends with
-the same bytes as an uninterrupted run.
+the same bytes as an uninterrupted run. Once the concatenated tables are attested by the stage's
+link record the shards are removed: a finished run holds no file that no link record vouches for.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +27,7 @@ from creditaudit.protocol.canonical import canonical_bytes
 from creditaudit.protocol.links import StageLink
 from creditaudit.protocol.lock import FrozenProtocol, require_frozen
 from creditaudit.protocol.signing import Signer
-from creditaudit.replay.collect import load_run_policy, policy_files_in_run, read_trajectories
+from creditaudit.replay.collect import check_run_policy, policy_files_in_run, read_trajectories
 from creditaudit.replay.engine import UnitResult, read_unit
 from creditaudit.replay.executors import EXECUTORS, REPLAY_DIR, execute, unit_name
 from creditaudit.replay.records import TRAJECTORIES
@@ -50,6 +52,8 @@ class ReplaySummary:
     engine_steps: int
     cache_hits: int
     resumed_units: int
+    skipped: bool = False
+    """The stage had finished and verified against its link record: nothing was run or rewritten."""
 
     @property
     def cache_hit_rate(self) -> float:
@@ -75,11 +79,35 @@ def run_replay(
     workers: int | None = None,
     progress: Callable[[str, int, int], None] | None = None,
 ) -> ReplaySummary:
-    """Replay every collected trajectory under the frozen protocol (resumable)."""
+    """Replay every collected trajectory under the frozen protocol (resumable).
+
+    A replay that has finished, and whose inputs and outputs still match its link record (signed
+    by ``signer`` for this protocol), is not run again: nothing is written and the summary is read
+    back (``skipped``).
+
+    Parameters
+    ----------
+    protocol_path : path
+        The frozen protocol of the run.
+    signer : Signer
+        The run's key (signs the link record).
+    executor : {"local", "inline", "ray"}
+        Where the work units run.
+    workers : int, optional
+        Worker processes / Ray actors, at least 1 (default: up to 2).
+    progress : callable, optional
+        ``progress(phase, done, total)`` as units finish.
+    """
     if executor not in EXECUTORS:
         raise InputError(f"`executor` must be one of {set(EXECUTORS)}; got {executor!r}")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise InputError(f"`workers` must be a positive number of worker processes; got {workers!r} "
+                         "(leave it unset for up to 2)")
     frozen = require_frozen(protocol_path)
-    load_run_policy(frozen)  # refuse a policy whose files differ from the pins before any work
+    check_run_policy(frozen)  # refuse a policy whose files differ from the pins before any work
+    finished_summary = _completed(frozen, signer)
+    if finished_summary is not None:
+        return finished_summary
     frames = _trajectory_frames(frozen)
     shard_dir = frozen.run_dir / REPLAY_DIR / "shards"
     names = [unit_name(str(f["trajectory_id"].iloc[0])) for f in frames]
@@ -158,7 +186,33 @@ def run_replay(
             link.add_output(run_dir / rel)
         (run_dir / SUMMARY).write_bytes(canonical_bytes(document) + b"\n")
         link.add_output(run_dir / SUMMARY)
+    shutil.rmtree(shard_dir, ignore_errors=True)  # the attested tables hold every row
     return summary
+
+
+def _completed(frozen: FrozenProtocol, signer: Signer) -> ReplaySummary | None:
+    """The summary of a finished replay whose inputs and outputs still match its link record."""
+    from creditaudit.protocol.links import stage_is_current
+
+    if not stage_is_current(frozen.run_dir, "replay", frozen.id, signer.key_id):
+        return None
+    shutil.rmtree(frozen.run_dir / REPLAY_DIR / "shards", ignore_errors=True)  # left by a stop after the attestation
+    try:
+        document = json.loads((frozen.run_dir / SUMMARY).read_text("utf-8"))
+    except (OSError, json.JSONDecodeError):  # pragma: no cover - the link record vouches for its bytes
+        return None
+    return ReplaySummary(
+        protocol_id=frozen.id,
+        n_trajectories=document["n_trajectories"],
+        n_turns=document["n_turns"],
+        n_rollouts=document["n_rollouts"],
+        divergences=document["prefix_divergences"],
+        restore_failures=document["restore_failures"],
+        engine_steps=document["engine_steps"],
+        cache_hits=document["cache_hits"],
+        resumed_units=document["n_trajectories"],
+        skipped=True,
+    )
 
 
 def read_replay(frozen: FrozenProtocol) -> tuple[pa.Table, dict[str, Any]]:

@@ -122,7 +122,8 @@ def _base_sha256(protocol: Any) -> str:
 
 
 def _task_sets(frozen: FrozenProtocol, signer: Signer, args: Any, env: Any) -> tuple[list, list, list, list[Path]]:
-    """(pool, held_out, train_eval, produced files): lists of (TaskEntry, Task)."""
+    """(pool, held_out, train_eval, produced files): lists of (TaskEntry, Task); the produced files are
+    every file of the held-out games this stage generated (each game's directory, whole)."""
     import numpy as np
 
     from creditaudit.protocol.seeds import rng
@@ -140,7 +141,6 @@ def _task_sets(frozen: FrozenProtocol, signer: Signer, args: Any, env: Any) -> t
         by_id = {e.task_id: e for e in entries}
         pool = [by_id[t] for t in document["pool"]]
         held = [TaskEntry(t["task_id"], t["task_type"], t["path"], dict(t["params"])) for t in document["held_out"]]
-        produced = [run_dir / e.path for e in held if e.path and (run_dir / e.path).is_relative_to(run_dir / ARMS_DIR)]
     else:
         env_section = protocol.environment
         pool = list(entries)
@@ -165,7 +165,6 @@ def _task_sets(frozen: FrozenProtocol, signer: Signer, args: Any, env: Any) -> t
                     continue
                 rel = Path(game.path).resolve().relative_to(run_dir.resolve()).as_posix()
                 held.append(TaskEntry(game.task_id, game.task_type, rel, {"floorplan": game.floorplan}))
-                produced.append(Path(game.path))
             held = held[:args.eval_tasks]
         else:  # pinned user games: a seeded split of the frozen list
             order = rng(frozen.id, "arms/eval-split").permutation(len(pool))
@@ -177,6 +176,9 @@ def _task_sets(frozen: FrozenProtocol, signer: Signer, args: Any, env: Any) -> t
         document = {"protocol_id": frozen.id, "pool": [e.task_id for e in pool],
                     "held_out": [e.to_dict() for e in held]}
         write_bytes_atomic(path, canonical_bytes(document) + b"\n")
+    games = run_dir / ARMS_DIR / "games"
+    if games.is_dir():  # every file the generator wrote (game and its traj_data.json): none left unattested
+        produced = sorted(p for p in games.rglob("*") if p.is_file())
     if not pool:
         raise InputError("the training pool is empty: the task list holds no task outside the held-out set")
     order = rng(frozen.id, "arms/train-eval").permutation(len(pool))[:min(args.eval_tasks, len(pool))]

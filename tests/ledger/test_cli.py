@@ -32,10 +32,13 @@ def test_verify_and_check_pass_on_a_good_run(ledgered_run, capsys):
 
 def test_check_fails_with_the_question_that_failed(ledgered_run, copy_run, capsys):
     run = copy_run(ledgered_run[0])
-    shard = run / "collect" / "shards" / "0000.parquet"
-    shard.write_bytes(b"\x00" * shard.stat().st_size)
+    shard = run / "collect" / "shards" / "0000.parquet"  # left by an interrupted collection, then torn
+    shard.parent.mkdir(parents=True)
+    shard.write_bytes(b"\x00" * 4096)
     assert _cli(["ledger", "check", "--run", str(run)]) == 1
     out = capsys.readouterr().out
+    assert "1. Is each hashed file the intended one (manifest name <-> path <-> hash, link records)? FAILED (1)" in out
+    assert "collect/shards/0000.parquet: a shard that no link record attests" in out
     assert "2. Was each file written correctly? FAILED (1)" in out
     assert "collect/shards/0000.parquet: all" in out and "not written correctly" in out
 
@@ -101,3 +104,35 @@ def test_verify_reports_inputs_too_broken_to_recompute(ledgered_run, copy_run, c
     out = capsys.readouterr().out
     assert "FAILED: input signals/credit.parquet changed since the ledger was written" in out
     assert "no ledger can be recomputed from the changed inputs" in out and "Traceback" not in out
+
+
+@pytest.mark.parametrize("command", [["ledger", "check"], ["ledger", "integrity"]])
+def test_check_of_a_missing_run_is_bad_usage(command, tmp_path, capsys):
+    """A run directory that does not exist (or holds no protocol) is bad usage, as for every other
+    ``--run`` command: exit 2 with a one-line error, not exit 1 with an integrity report."""
+    for run in (tmp_path / "no-such-run", tmp_path):
+        assert _cli([*command, "--run", str(run)]) == 2
+        out, err = capsys.readouterr()
+        assert out == ""
+        assert len(err.strip().splitlines()) == 1 and "no protocol in the run directory" in err, err
+
+
+def test_rerunning_finished_stages_writes_nothing(ledgered_run, copy_run, capsys):
+    """Every stage re-run on a finished run whose artifacts match their link records is skipped: no
+    new link record, not one byte changed (a ``demo`` resume runs them all again)."""
+    run = copy_run(ledgered_run[0])
+    assert _cli(["report", "--run", str(run)]) == 0  # the one stage the fixture has not run
+    capsys.readouterr()
+
+    def snapshot():
+        return {p.relative_to(run).as_posix(): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
+
+    before = snapshot()
+    for stage in (["games"], ["collect"], ["replay"], ["signals"], ["audit"], ["ledger", "regenerate"], ["report"]):
+        assert _cli([*stage, "--run", str(run)] + (["--quiet"] if stage[0] in ("games", "collect", "replay",
+                                                                                 "signals") else [])) == 0, stage
+        assert snapshot() == before, stage
+    out = capsys.readouterr().out
+    for said in ("replay already finished", "signals already computed", "audit already done",
+                 "report already written"):
+        assert said in out

@@ -144,10 +144,32 @@ def test_an_unknown_family_is_an_error_naming_the_installed_ones(template):
 
 
 def test_malformed_yaml_and_duplicate_keys():
-    with pytest.raises(InputError, match="x.yaml: malformed YAML"):
+    with pytest.raises(InputError, match="x.yaml, line 2, column 6: malformed YAML"):
         parse_protocol("version: 1\n  bad: [", source="x.yaml")
     with pytest.raises(InputError, match="duplicate key 'version'"):
         parse_protocol("version: 1\nversion: 1\n", source="x.yaml")
+
+
+@pytest.mark.parametrize("command", [["protocol", "id"], ["protocol", "migrate"]])
+def test_malformed_yaml_names_the_file_and_line_not_the_parser_s_stream(command, tmp_path, capsys):
+    from creditaudit.cli import main
+    from creditaudit.protocol.io import default_template_text, load_protocol
+
+    lines = default_template_text().splitlines()
+    broken = next(i for i, line in enumerate(lines) if line.startswith("statistics:")) + 1
+    lines.insert(broken, "  alpha: [0.05")  # an unclosed flow sequence inside `statistics`
+    path = tmp_path / "my protocol.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(InputError) as exc:
+        load_protocol(path)
+    message = str(exc.value)
+    assert "<unicode string>" not in message and "\n" not in message
+    assert message.startswith(f"{path}, line {broken + 2}, column ")
+    assert "malformed YAML" in message and "while parsing a flow sequence that starts at line" in message
+    with pytest.raises(SystemExit) as code:
+        main([*command, str(path)] + ([str(tmp_path / "new.yaml")] if command[1] == "migrate" else []))
+    err = capsys.readouterr().err
+    assert code.value.code == 2 and err.strip().splitlines() == [f"error: {message}"]
 
 
 def test_unknown_version_is_refused(template):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -47,16 +46,29 @@ def test_collect_writes_stamped_turns_and_resumes_byte_identically(tmp_path, pol
     np.testing.assert_allclose(df.sum_logprob, [sum(x) for x in df.token_logprobs])
 
     first = sha256_file(run / TRAJECTORIES)
-    (run / "collect" / "shards" / "0001.parquet").unlink()  # an interrupted run lost its last shard
+    assert not (run / "collect" / "shards").exists()  # removed once their concatenation was attested
+    # a run interrupted after its first task: one shard on disk, no concatenation yet
+    _first_shard(run, run / "collect" / "shards" / "0000.parquet")
     (run / TRAJECTORIES).unlink()
-    collect(run / "protocol.yaml", signer)
+    assert collect(run / "protocol.yaml", signer).resumed_shards == 1
     assert sha256_file(run / TRAJECTORIES) == first
+    assert not (run / "collect" / "shards").exists()
 
     pins = {f"policy/{k}": v for k, v in {**frozen.protocol.policy.model_files, **frozen.protocol.policy.tokenizer_files}.items()}
     pins["protocol.yaml"] = sha256_file(run / "protocol.yaml")
     pins["protocol.lock.json"] = sha256_file(run / "protocol.lock.json")
     records = verify_links(run, protocol_id=frozen.id, trusted_key_id=signer.key_id, roots=pins)
     assert [r.stage for r in records] == ["tasks", "collect", "collect"]
+
+
+def _first_shard(run: Path, target: Path) -> None:
+    """Write the shard of the run's first task as collection writes it (its rows of the concatenation)."""
+    import pyarrow.compute as pc
+
+    from creditaudit.artifacts import write_parquet_atomic
+
+    table = pq.read_table(run / TRAJECTORIES)
+    write_parquet_atomic(table.filter(pc.equal(table.column("task_index"), 0)), target)
 
 
 def test_collect_is_reproducible_across_runs(tmp_path, policy_dir):
@@ -90,7 +102,6 @@ def test_collect_refuses_shards_of_another_protocol(tmp_path, policy_dir):
     run, signer = _planted_run(tmp_path / "x", policy_dir)
     collect(run / "protocol.yaml", signer)
     other, other_signer = _planted_run(tmp_path / "y", policy_dir, group=1)
-    (other / "collect" / "shards").mkdir(parents=True)
-    shutil.copy(run / "collect" / "shards" / "0000.parquet", other / "collect" / "shards" / "0000.parquet")
+    _first_shard(run, other / "collect" / "shards" / "0000.parquet")
     with pytest.raises(InputError, match="shard stamped with protocol .* a run directory never mixes protocols"):
         collect(other / "protocol.yaml", other_signer)

@@ -50,6 +50,8 @@ def test_stage_outputs_and_counters(reference_run):
     facts = first[first.arm == "fact"].set_index(["trajectory_id", "turn"]).first
     assert (facts == turns.set_index(["trajectory_id", "turn"]).action.reindex(facts.index)).all()
     assert summary.engine_steps > 0 and summary.cache_hits > 0
+    # the shards are removed once the concatenated tables are attested: nothing unvouched remains
+    assert not (run / "replay" / "shards").exists()
 
 
 def test_local_workers_give_identical_bytes(tmp_path, planted_policy_dir, reference_run):
@@ -107,3 +109,66 @@ def test_changed_policy_is_refused(tmp_path, planted_policy_dir):
     (run / "policy" / "config.json").write_text((run / "policy" / "config.json").read_text() + " ")
     with pytest.raises(CheckFailed, match="config.json"):
         run_replay(run / "protocol.yaml", signer, executor="inline")
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("pending", [False, True], ids=["finished", "pending"])
+@pytest.mark.parametrize("workers", ["-2", "0"])
+def test_a_bad_worker_count_is_refused_before_anything_runs(workers, pending, tmp_path, reference_run, capsys):
+    """``--workers`` below 1 is bad usage (exit 2, the option named) whether or not there is work left,
+    and nothing is written: no shard, no table, no new link record."""
+    import shutil
+
+    from creditaudit.cli import main
+
+    run = tmp_path / "run"
+    shutil.copytree(reference_run[0], run)
+    if pending:
+        shutil.rmtree(run / "replay")
+    before = _snapshot(run)
+    with pytest.raises(SystemExit) as exc:
+        main(["replay", "--run", str(run), "--workers", workers, "--quiet"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--workers" in err and "Traceback" not in err
+    assert _snapshot(run) == before
+
+
+def test_run_replay_refuses_a_bad_worker_count(reference_run):
+    run, _ = reference_run
+    from creditaudit.protocol.signing import load_signer
+
+    signer = load_signer(run / "keys" / "creditaudit.key")
+    for workers in (0, -2):
+        with pytest.raises(InputError, match=r"`workers` must be a positive number of worker processes; got"):
+            run_replay(run / "protocol.yaml", signer, executor="local", workers=workers)
+
+
+def test_a_finished_verified_replay_is_skipped_without_writing_anything(tmp_path, reference_run, capsys):
+    """Re-running replay on a finished run (as every ``demo`` resume does) writes nothing: no new link
+    record, no byte changed; a run whose outputs no longer match their link record is replayed again."""
+    import shutil
+
+    from creditaudit.cli import main
+    from creditaudit.protocol.signing import load_signer
+
+    run = tmp_path / "run"
+    shutil.copytree(reference_run[0], run)
+    signer = load_signer(run / "keys" / "creditaudit.key")
+    before = _snapshot(run)
+    summary = run_replay(run / "protocol.yaml", signer, executor="inline")
+    assert summary.skipped and summary.n_rollouts == reference_run[1].n_rollouts
+    assert _snapshot(run) == before
+    with pytest.raises(SystemExit) as exc:
+        main(["replay", "--run", str(run), "--quiet"])
+    assert exc.value.code == 0 and "replay already finished" in capsys.readouterr().out
+    assert _snapshot(run) == before
+    # an output changed after the attestation: the stage is not current, so it runs (and attests) again
+    (run / "replay" / "summary.json").write_text("{}\n")
+    again = run_replay(run / "protocol.yaml", signer, executor="inline")
+    assert not again.skipped
+    assert (run / "replay" / "summary.json").read_bytes() == before["replay/summary.json"]
+    assert len(list((run / "links").glob("*-replay.link.json"))) == 2

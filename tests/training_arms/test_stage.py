@@ -208,3 +208,17 @@ def test_the_command_line_exits_2_naming_the_missing_credit(credited_run, tmp_pa
         main(["arms", "--run", str(run), "--quiet"])
     assert exc.value.code == 2
     assert "credit table is missing" in capsys.readouterr().err
+
+
+def test_rerunning_finished_arms_writes_nothing(trained_run, tmp_path, run_copier, capsys):
+    """``creditaudit arms`` on a finished, verified arms stage is skipped: no new link record, no byte changed."""
+    from creditaudit.cli import main
+
+    run = run_copier(trained_run[0], tmp_path)
+    before = {p.relative_to(run).as_posix(): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
+    with pytest.raises(SystemExit) as exc:
+        main(["arms", "--run", str(run), "--quiet"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert "arms already trained and analysed" in out and "held-out success" in out
+    assert {p.relative_to(run).as_posix(): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()} == before
