@@ -36,9 +36,11 @@ class AuditResult:
     table: dict[str, dict[str, float | None]] = field(default_factory=dict)
 
 
-def _subjects(protocol: Protocol) -> list[tuple[str, str, str | None]]:
-    out = [(s.name, "family", None) for s in protocol.signals]
-    out += [(c.name, c.kind, c.of) for c in protocol.controls]
+def _subjects(protocol: Protocol) -> list[tuple[str, str, str | None, str]]:
+    """(name, kind, of, stream) of every subject; ``stream`` names the subject's seed streams by its
+    place in the protocol (``signal/<i>``, ``control/<j>``), never by its name."""
+    out = [(s.name, "family", None, f"signal/{i}") for i, s in enumerate(protocol.signals)]
+    out += [(c.name, c.kind, c.of, f"control/{j}") for j, c in enumerate(protocol.controls)]
     return out
 
 
@@ -58,12 +60,15 @@ def fluency_echo(
     protocol: Protocol,
     protocol_id: str,
     family: str,
+    stream: str | None = None,
 ) -> dict[str, Any]:
     """T3: does implicit credit echo the action's fluency (mean policy log-prob)?
 
     Median within-trajectory Spearman(credit, fluency) with its CI (and the same for the family's
     shuffle control); the standardised joint regression of credit on fluency and A_replay; the
-    partial correlation of credit and A_replay given fluency — all on the included turns.
+    partial correlation of credit and A_replay given fluency — all on the included turns. The
+    bootstrap streams are ``audit/fluency/<stream>`` and ``audit/fluency/<stream>/shuffle``
+    (``stream``: the family's place in the protocol, ``signal/<i>``; by default its name).
     """
     from creditaudit.stats import median_spearman, ols_standardized, partial_corr
 
@@ -73,6 +78,8 @@ def fluency_echo(
         rows = rows.loc[~rows.abstained, ["trajectory_id", "turn", "credit"]]
         out = included.merge(rows, on=["trajectory_id", "turn"]).merge(fluency, on=["trajectory_id", "turn"])
         return out.dropna(subset=["fluency"]).sort_values(["trajectory_id", "turn"]).reset_index(drop=True)
+
+    stream = stream or family
 
     def echo(frame: pd.DataFrame, name: str) -> dict[str, Any]:
         try:
@@ -85,9 +92,9 @@ def fluency_echo(
                 "n_trajectories": int(res.n_groups)}
 
     frame = frame_of(credit)
-    out: dict[str, Any] = {"family": family, "n_turns": int(len(frame)), "echo": echo(frame, family)}
+    out: dict[str, Any] = {"family": family, "n_turns": int(len(frame)), "echo": echo(frame, stream)}
     if shuffled is not None:
-        out["shuffle_echo"] = echo(frame_of(shuffled), f"{family}-shuffle")
+        out["shuffle_echo"] = echo(frame_of(shuffled), f"{stream}/shuffle")
     if len(frame) >= 5 and frame.fluency.nunique() > 1 and frame.a_replay.nunique() > 1 and frame.credit.nunique() > 1:
         ols = ols_standardized(frame.credit.to_numpy(float),
                                np.column_stack([frame.fluency.to_numpy(float), frame.a_replay.to_numpy(float)]),
@@ -137,11 +144,11 @@ def audit_tables(
     included = included_turns(replay, degenerate)
     objects = family_objects(protocol)
     subjects: dict[str, SubjectStats] = {}
-    for name, kind, of in _subjects(protocol):
+    for name, kind, of, stream in _subjects(protocol):
         rows = credit.loc[credit.family == name, ["trajectory_id", "turn", "credit", "abstained"]]
         source = objects.get(of if kind != "family" else name)
         neutral = neutral_value(source.neutral if source is not None else None, kind)
-        subjects[name] = subject_statistics(rows, included, subject=name, kind=kind, of=of,
+        subjects[name] = subject_statistics(rows, included, subject=name, kind=kind, of=of, stream=stream,
                                             protocol=protocol, protocol_id=protocol_id, neutral=neutral)
 
     families = list(protocol.hypotheses.confirmatory) or [s.name for s in protocol.signals]
@@ -176,6 +183,7 @@ def audit_tables(
     fluency_result = None
     implicit = next((n for n, f in objects.items() if getattr(f, "fluency_echo", False)), None)
     if implicit is not None and fluency is not None:
+        position = [s.name for s in protocol.signals].index(implicit)
         try:
             shuffle_name = protocol.control_of(implicit, "shuffle")
         except KeyError:
@@ -184,6 +192,7 @@ def audit_tables(
             credit.loc[credit.family == implicit],
             credit.loc[credit.family == shuffle_name] if shuffle_name else None,
             included, fluency, protocol=protocol, protocol_id=protocol_id, family=implicit,
+            stream=f"signal/{position}",
         )
     return AuditResult(subjects, decisions, holm_record, exclusions, fluency_result, table)
 

@@ -9,12 +9,14 @@ One pipeline, the same exclusions for every subject (family or control):
 - rank fidelity: within-trajectory Spearman between credit and ``A_replay`` (average ranks;
   trajectories with constant credit or constant ``A_replay`` have no rank information and are
   excluded and counted), the median across trajectories, and its cluster percentile bootstrap CI
-  (``statistics.bootstrap_iterations``, stream ``audit/bootstrap/<subject>``); its p-value is the
+  (``statistics.bootstrap_iterations``, stream ``audit/bootstrap/<stream>``, where ``<stream>`` is
+  the subject's place in the protocol -- ``signal/<i>`` or ``control/<j>`` -- never its name, so no
+  statistic depends on what a signal is called); its p-value is the
   bootstrap test inversion ``min(1, 2 min(P*(m <= 0), P*(m >= 0)))``;
 - sign agreement on turns where both the credit (relative to the family's neutral value) and
   ``A_replay`` are nonzero, with its Wilson CI;
 - precision-at-pivotal lift of the top ``statistics.top_k_fraction`` credited turns of each
-  trajectory, with its cluster bootstrap CI (stream ``audit/lift/<subject>``).
+  trajectory, with its cluster bootstrap CI (stream ``audit/lift/<stream>``).
 """
 
 from __future__ import annotations
@@ -131,17 +133,20 @@ def subject_statistics(
     protocol: Protocol,
     protocol_id: str,
     neutral: float | str,
+    stream: str | None = None,
 ) -> SubjectStats:
     """Statistics of one subject.
 
     ``credit``: this subject's rows (trajectory_id, turn, credit, abstained);
     ``included``: :func:`included_turns` of the replay; ``neutral``: the subject's neutral credit
-    (:func:`neutral_value` of its family's declared ``neutral``).
+    (:func:`neutral_value` of its family's declared ``neutral``); ``stream``: the suffix of the
+    subject's seed streams (its place in the protocol; by default its name).
     """
     from creditaudit.audit.metrics import precision_at_pivotal_lift
     from creditaudit.stats import median_spearman, sign_agreement
 
     stats = protocol.statistics
+    stream = stream or subject
     n_abstained = int(credit.abstained.sum())
     rows = credit.loc[~credit.abstained, ["trajectory_id", "turn", "credit"]]
     frame = included.merge(rows, on=["trajectory_id", "turn"], how="inner").sort_values(["trajectory_id", "turn"])
@@ -158,7 +163,7 @@ def subject_statistics(
             result = median_spearman(
                 frame.credit.to_numpy(float), frame.a_replay.to_numpy(float), frame.trajectory_id.to_numpy(),
                 n_resamples=stats.bootstrap_iterations, confidence_level=stats.ci_level,
-                rng=stream_rng(protocol_id, f"audit/bootstrap/{subject}"), constant=stats.spearman_constant,
+                rng=stream_rng(protocol_id, f"audit/bootstrap/{stream}"), constant=stats.spearman_constant,
             )
         except ValueError as exc:  # no trajectory with rank information
             notes.append(f"rank fidelity undefined: {exc}")
@@ -188,7 +193,7 @@ def subject_statistics(
             res = precision_at_pivotal_lift(
                 frame.credit.to_numpy(float), frame.pivotal.to_numpy(bool), frame.trajectory_id.to_numpy(),
                 top_fraction=stats.top_k_fraction, n_resamples=stats.bootstrap_iterations,
-                confidence_level=stats.ci_level, rng=stream_rng(protocol_id, f"audit/lift/{subject}"),
+                confidence_level=stats.ci_level, rng=stream_rng(protocol_id, f"audit/lift/{stream}"),
             )
         except ValueError as exc:
             notes.append(f"lift undefined: {exc}")

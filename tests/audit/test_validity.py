@@ -1,0 +1,107 @@
+"""Validity of the audit itself (issue 25): no statistic depends on a name, a protocol names only
+statistics the audit produces, and the planted environment's known answers hold on both
+definitions of a pivotal turn."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from creditaudit.audit.calibration import _planted_replay
+from creditaudit.audit.core import audit_tables
+from creditaudit.protocol.io import default_template_text, parse_protocol, protocol_dict, protocol_from_dict
+
+PID = "5" * 64
+
+
+@pytest.fixture(scope="module")
+def planted() -> pd.DataFrame:
+    """A replayed planted run (90 trajectories) with each action's true effect in ``truth``."""
+    return _planted_replay(PID, 90)
+
+
+def _families_protocol(names: dict[str, str] | None = None):
+    """Three families whose neutral values differ (implicit 1.0, confidence trajectory-mean, judge 0)
+    with null, shuffle and inverted controls and a router, every name passed through ``names``."""
+    n = (names or {}).get
+    data = protocol_dict(parse_protocol(default_template_text()))
+    data["signals"] = [{"name": n("implicit", "implicit"), "family": "implicit"},
+                       {"name": n("confidence", "confidence"), "family": "confidence"},
+                       {"name": n("judge", "judge"), "family": "judge"}]
+    data["controls"] = [
+        {"name": n("random", "random"), "kind": "random", "null_control": True},
+        {"name": n("uniform", "uniform"), "kind": "uniform", "null_control": True},
+        {"name": n("shuffle-implicit", "shuffle-implicit"), "kind": "shuffle", "of": n("implicit", "implicit")},
+        {"name": n("shuffle-confidence", "shuffle-confidence"), "kind": "shuffle", "of": n("confidence", "confidence")},
+        {"name": n("shuffle-judge", "shuffle-judge"), "kind": "shuffle", "of": n("judge", "judge")},
+        {"name": n("inverted-implicit", "inverted-implicit"), "kind": "inverted", "of": n("implicit", "implicit")},
+    ]
+    data["router"] = {"confidence_family": n("confidence", "confidence"), "judge_family": n("judge", "judge"),
+                      "routed_share": 0.87}
+    gates = data["hypotheses"]["gates"]
+    for gate in gates:
+        if gate["kind"] == "controls":
+            gate["when"] = {"not": {"all": [{"contains": {"of": f"control:{n(c, c)}", "value": 0.0}}
+                                            for c in ("random", "uniform")]}}
+    data["statistics"]["bootstrap_iterations"] = 1000
+    return protocol_from_dict(data)
+
+
+def _family_credit(replay: pd.DataFrame) -> pd.DataFrame:
+    """Credit of the three families (by their default names) and their controls, and fluency."""
+    gen = np.random.default_rng(3)
+    truth = replay.truth.to_numpy()
+    n = len(replay)
+    values = {
+        "implicit": 1.0 + 0.5 * truth + gen.normal(0, 0.05, n),  # a ratio around 1
+        "confidence": 0.6 + 0.3 * truth + gen.normal(0, 0.05, n),  # a probability, no neutral point
+        "judge": np.sign(truth + gen.normal(0, 0.05, n)),  # categorical around 0
+        "random": gen.normal(size=n), "uniform": gen.uniform(-1, 1, n),
+    }
+    for family in ("implicit", "confidence", "judge"):
+        shuffled = values[family].copy()
+        for _, idx in sorted(replay.groupby("trajectory_id").groups.items()):
+            idx = np.asarray(idx)
+            shuffled[idx] = values[family][gen.permutation(idx)]
+        values[f"shuffle-{family}"] = shuffled
+    values["inverted-implicit"] = -values["implicit"]
+    frames = []
+    for name, credit in values.items():
+        frame = replay[["trajectory_id", "turn"]].copy()
+        frame["family"], frame["credit"], frame["abstained"] = name, credit, False
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True)
+
+
+RENAMED = {"implicit": "hcapo", "confidence": "conf", "judge": "grader", "random": "noise-a", "uniform": "noise-b",
+           "shuffle-implicit": "perm-1", "shuffle-confidence": "perm-2", "shuffle-judge": "perm-3",
+           "inverted-implicit": "neg-1"}
+
+
+def test_renaming_every_signal_and_control_changes_no_statistic(planted):
+    """Issue 25, item 1: the same credit under other names gets identical statistics, gate inputs,
+    verdicts, Holm and fluency echo (at one seed root: the protocol id is passed unchanged)."""
+    credit = _family_credit(planted)
+    fluency = planted[["trajectory_id", "turn"]].assign(fluency=np.random.default_rng(4).normal(size=len(planted)))
+    before = audit_tables(credit, planted, protocol=_families_protocol(), protocol_id=PID, fluency=fluency)
+    renamed = credit.assign(family=credit.family.map(RENAMED))
+    after = audit_tables(renamed, planted, protocol=_families_protocol(RENAMED), protocol_id=PID, fluency=fluency)
+
+    def numbers(stats) -> dict:
+        return {k: v for k, v in stats.to_dict().items() if k not in ("subject", "of")}
+
+    for old, new in RENAMED.items():
+        assert numbers(before.subjects[old]) == numbers(after.subjects[new]), old
+        assert before.table[old] == after.table[new], old
+    # the neutral value comes from the family: rho_t around 1, confidence centred per trajectory
+    assert before.subjects["implicit"].sign_agreement > 0.7
+    assert before.subjects["confidence"].sign_agreement > 0.6
+    for old in ("implicit", "confidence", "judge"):
+        b, a = before.decisions[old], after.decisions[RENAMED[old]]
+        assert (b.verdict, b.decided_by) == (a.verdict, a.decided_by), old
+        assert [g.outcome for g in b.gates] == [g.outcome for g in a.gates]
+    assert before.holm["adjusted"] == after.holm["adjusted"]
+    assert before.fluency["family"] == "implicit" and after.fluency["family"] == "hcapo"
+    assert {k: v for k, v in before.fluency.items() if k != "family"} == \
+        {k: v for k, v in after.fluency.items() if k != "family"}
