@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from creditaudit.protocol.seeds import rng as stream_rng
-from creditaudit.protocol.schema import Protocol
+from creditaudit.protocol.schema import GATE_STATISTICS, Protocol
 
 __all__ = ["SubjectStats", "subject_statistics", "included_turns", "neutral_value", "bootstrap_pvalue"]
 
@@ -65,22 +65,15 @@ class SubjectStats:
         return asdict(self)
 
     def gate_row(self) -> dict[str, float | None]:
-        """The statistics the decision engine reads (p_holm is added by the caller)."""
-        return {
-            "estimate": self.estimate,
-            "ci_low": self.ci_low,
-            "ci_high": self.ci_high,
-            "p_value": self.p_value,
-            "n_trajectories": float(self.n_trajectories),
-            "n_included_turns": float(self.n_included_turns),
-            "n_pivotal_turns": float(self.n_pivotal_turns),
-            "sign_agreement": self.sign_agreement,
-            "sign_ci_low": self.sign_ci_low,
-            "sign_ci_high": self.sign_ci_high,
-            "lift": self.lift,
-            "lift_ci_low": self.lift_ci_low,
-            "lift_ci_high": self.lift_ci_high,
-        }
+        """The statistics the decision engine reads: every name of
+        :data:`~creditaudit.protocol.schema.GATE_STATISTICS` (``p_holm`` is added by the caller)."""
+        row: dict[str, float | None] = {}
+        for name in GATE_STATISTICS:
+            if name == "p_holm":
+                continue
+            value = getattr(self, name)
+            row[name] = None if value is None else float(value)
+        return row
 
 
 def neutral_value(family_neutral: float | str | None, kind: str) -> float | str:

@@ -105,3 +105,29 @@ def test_renaming_every_signal_and_control_changes_no_statistic(planted):
     assert before.fluency["family"] == "implicit" and after.fluency["family"] == "hcapo"
     assert {k: v for k, v in before.fluency.items() if k != "family"} == \
         {k: v for k, v in after.fluency.items() if k != "family"}
+
+
+def test_every_nameable_statistic_is_produced_and_gates_on_it_run(planted):
+    """Issue 25, item 2: the statistics a gate may name are exactly the ones the audit puts in its
+    statistics table; a gate naming each of them validates and is decided end to end, and a name
+    the audit does not produce fails validation."""
+    from creditaudit.errors import InputError
+    from creditaudit.protocol.schema import AUDIT_STATISTICS, GATE_STATISTICS
+
+    data = protocol_dict(_families_protocol())
+    feasibility = next(g for g in data["hypotheses"]["gates"] if g["kind"] == "feasibility")
+    never = [{"stat": name, "of": "self", "cmp": "<", "value": -1.0e9} for name in GATE_STATISTICS]
+    feasibility["when"] = {"any": [feasibility["when"], *never]}
+    protocol = protocol_from_dict(data)
+    result = audit_tables(_family_credit(planted), planted, protocol=protocol, protocol_id=PID)
+    for subject, row in result.table.items():
+        assert set(row) == AUDIT_STATISTICS, subject
+    for family, decision in result.decisions.items():
+        gate = next(g for g in decision.gates if g.kind == "feasibility")
+        assert {f"{family}.{name}" for name in GATE_STATISTICS} <= set(gate.inputs), family
+        # every statistic a family has is defined on this run (p_holm: every family enters Holm)
+        assert all(gate.inputs[f"{family}.{name}"] is not None for name in GATE_STATISTICS), gate.inputs
+    assert "shuffle_changed_share" not in AUDIT_STATISTICS
+    feasibility["when"]["any"].append({"stat": "shuffle_changed_share", "of": "self", "cmp": "<", "value": 0.1})
+    with pytest.raises(InputError, match="'shuffle_changed_share' is not produced by the audit"):
+        protocol_from_dict(data)
