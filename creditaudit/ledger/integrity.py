@@ -319,6 +319,18 @@ def _replay_summary_evidence(run_dir: Path, rel: str) -> list[str]:
     return out
 
 
+def _names_no_router(run_dir: Path) -> bool:
+    """Whether the run's frozen protocol has no router (False when it cannot be read: then the
+    report is required and its absence reported)."""
+    from creditaudit.ledger.build import protocol_path
+    from creditaudit.protocol.lock import require_frozen
+
+    try:
+        return require_frozen(protocol_path(run_dir), check_inputs=False).protocol.router is None
+    except Exception:  # noqa: BLE001 - an unreadable protocol is reported by its own check
+        return False
+
+
 def _signals_summary_evidence(run_dir: Path, rel: str) -> list[str]:
     data = json.loads((run_dir / rel).read_text("utf-8"))
     out = []
@@ -327,6 +339,8 @@ def _signals_summary_evidence(run_dir: Path, rel: str) -> list[str]:
             if not isinstance(entry, dict) or "abstention_reasons" not in entry:
                 out.append(f"{group} `{name}` has no `abstention_reasons`")
     router = data.get("router")
+    if router is None and _names_no_router(run_dir):
+        return out  # the router is optional: a protocol without one has no report of it
     if not isinstance(router, dict):
         out.append("has no `router` report (the router is published with its recall beside chance)")
     elif router.get("pivotal_recall") is None and not router.get("pivotal_recall_unavailable"):

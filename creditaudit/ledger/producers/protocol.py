@@ -113,10 +113,14 @@ def protocol_entries(ctx: ProducerContext) -> list[Value]:
         Value("protocol.collection.n_tasks", protocol.collection.n_tasks, "d"),
         Value("protocol.collection.group_size", protocol.collection.group_size, "d"),
         Value("protocol.policy.temperature", protocol.policy.temperature, "g"),
-        Value("protocol.router.confidence_family", protocol.router.confidence_family),
-        Value("protocol.router.judge_family", protocol.router.judge_family),
-        Value("protocol.router.routed_share", protocol.router.routed_share, ".3f"),
+        Value("protocol.router.present", protocol.router is not None),
     ]
+    if protocol.router is not None:  # the router is optional: a protocol without one names no families for it
+        out += [
+            Value("protocol.router.confidence_family", protocol.router.confidence_family),
+            Value("protocol.router.judge_family", protocol.router.judge_family),
+            Value("protocol.router.routed_share", protocol.router.routed_share, ".3f"),
+        ]
     rho_min = _rho_min(protocol)
     out.append(Value("protocol.rho_min", rho_min, "g"))
     for gate in protocol.hypotheses.gates:
