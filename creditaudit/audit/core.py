@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from creditaudit.audit.fidelity import SubjectStats, included_turns, neutral_value, subject_statistics
+from creditaudit.audit.fidelity import SubjectStats, included_turns, neutral_value, null_control_level, subject_statistics
 from creditaudit.audit.measurability import degenerate_trajectories
 from creditaudit.errors import InputError
 from creditaudit.protocol.decision import Decision, decide_all
@@ -143,13 +143,16 @@ def audit_tables(
                                          exclude_constant=protocol.exclusions.exclude_constant_replay)
     included = included_turns(replay, degenerate)
     objects = family_objects(protocol)
+    nulls = {c.name for c in protocol.controls if c.null_control}
     subjects: dict[str, SubjectStats] = {}
     for name, kind, of, stream in _subjects(protocol):
         rows = credit.loc[credit.family == name, ["trajectory_id", "turn", "credit", "abstained"]]
         source = objects.get(of if kind != "family" else name)
         neutral = neutral_value(source.neutral if source is not None else None, kind)
+        level = null_control_level(protocol) if name in nulls else None  # Bonferroni across the null controls
         subjects[name] = subject_statistics(rows, included, subject=name, kind=kind, of=of, stream=stream,
-                                            protocol=protocol, protocol_id=protocol_id, neutral=neutral)
+                                            protocol=protocol, protocol_id=protocol_id, neutral=neutral,
+                                            ci_level=level)
 
     families = list(protocol.hypotheses.confirmatory) or [s.name for s in protocol.signals]
     pvalues = [subjects[f].p_value if subjects[f].p_value is not None else 1.0 for f in families]
@@ -204,8 +207,8 @@ def verdict_sentence(decision: Decision, stats: SubjectStats, protocol: Protocol
     n = f"{stats.n_trajectories} trajectories, {stats.n_included_turns} included turns, {stats.n_pivotal_turns} pivotal"
     verdict = decision.verdict
     if verdict == "INSTRUMENT_INVALID":
-        return (f"{decision.family}: no effect verdict — a null control's interval excludes 0, so the instrument "
-                f"is not valid on this data ({ci}; {n}).")
+        return (f"{decision.family}: no effect verdict — a null control's interval (each at 1 - alpha/k over the k "
+                f"null controls) excludes 0, so the instrument is not valid on this data ({ci}; {n}).")
     if verdict == "INFEASIBLE":
         return (f"{decision.family}: inconclusive — fewer included trajectories or pivotal turns than the protocol's "
                 f"minimum ({protocol.exclusions.min_trajectories} / {protocol.exclusions.min_pivotal_turns}); {n}.")

@@ -31,7 +31,8 @@ import pandas as pd
 from creditaudit.protocol.seeds import rng as stream_rng
 from creditaudit.protocol.schema import GATE_STATISTICS, Protocol
 
-__all__ = ["SubjectStats", "subject_statistics", "included_turns", "neutral_value", "bootstrap_pvalue"]
+__all__ = ["SubjectStats", "subject_statistics", "included_turns", "neutral_value", "null_control_level",
+           "bootstrap_pvalue"]
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,9 @@ class SubjectStats:
     lift_ci_low: float | None
     lift_ci_high: float | None
     note: str
+    ci_level: float | None = None
+    """Level of every interval of this subject: ``statistics.ci_level``, or for a null control
+    ``1 - alpha / k`` with ``k`` null controls (:func:`null_control_level`)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -96,6 +100,21 @@ def neutral_value(family_neutral: float | str | None, kind: str) -> float | str:
     return family_neutral if isinstance(family_neutral, str) else float(family_neutral)
 
 
+def null_control_level(protocol: Protocol) -> float:
+    """Confidence level of a null control's intervals: ``1 - alpha / k`` with ``k`` null controls
+    (Bonferroni, SPEC.md §5), so the Controls gate -- any null control's interval excluding 0 --
+    declares a valid instrument invalid at most ``alpha`` of the time. One null control: ``1 - alpha``.
+
+    Examples
+    --------
+    >>> from creditaudit.protocol.io import default_template_text, parse_protocol
+    >>> null_control_level(parse_protocol(default_template_text()))  # random and uniform, alpha 0.05
+    0.975
+    """
+    k = max(1, sum(1 for c in protocol.controls if c.null_control))
+    return 1.0 - protocol.statistics.alpha / k
+
+
 def bootstrap_pvalue(distribution: np.ndarray) -> float | None:
     """Two-sided p-value of H0: statistic = 0 by inverting the percentile bootstrap."""
     finite = distribution[np.isfinite(distribution)]
@@ -127,19 +146,22 @@ def subject_statistics(
     protocol_id: str,
     neutral: float | str,
     stream: str | None = None,
+    ci_level: float | None = None,
 ) -> SubjectStats:
     """Statistics of one subject.
 
     ``credit``: this subject's rows (trajectory_id, turn, credit, abstained);
     ``included``: :func:`included_turns` of the replay; ``neutral``: the subject's neutral credit
     (:func:`neutral_value` of its family's declared ``neutral``); ``stream``: the suffix of the
-    subject's seed streams (its place in the protocol; by default its name).
+    subject's seed streams (its place in the protocol; by default its name); ``ci_level``: the level
+    of every interval (by default ``statistics.ci_level``; a null control's is :func:`null_control_level`).
     """
     from creditaudit.audit.metrics import precision_at_pivotal_lift
     from creditaudit.stats import median_spearman, sign_agreement
 
     stats = protocol.statistics
     stream = stream or subject
+    level = float(ci_level) if ci_level is not None else float(stats.ci_level)
     n_abstained = int(credit.abstained.sum())
     rows = credit.loc[~credit.abstained, ["trajectory_id", "turn", "credit"]]
     frame = included.merge(rows, on=["trajectory_id", "turn"], how="inner").sort_values(["trajectory_id", "turn"])
@@ -155,7 +177,7 @@ def subject_statistics(
         try:
             result = median_spearman(
                 frame.credit.to_numpy(float), frame.a_replay.to_numpy(float), frame.trajectory_id.to_numpy(),
-                n_resamples=stats.bootstrap_iterations, confidence_level=stats.ci_level,
+                n_resamples=stats.bootstrap_iterations, confidence_level=level,
                 rng=stream_rng(protocol_id, f"audit/bootstrap/{stream}"), constant=stats.spearman_constant,
             )
         except ValueError as exc:  # no trajectory with rank information
@@ -174,7 +196,7 @@ def subject_statistics(
     if n_included:
         centred = _centre(frame, neutral)
         try:
-            s = sign_agreement(centred, frame.a_replay.to_numpy(float), confidence_level=stats.ci_level)
+            s = sign_agreement(centred, frame.a_replay.to_numpy(float), confidence_level=level)
         except ValueError as exc:
             notes.append(f"sign agreement undefined: {exc}")
         else:
@@ -186,7 +208,7 @@ def subject_statistics(
             res = precision_at_pivotal_lift(
                 frame.credit.to_numpy(float), frame.pivotal.to_numpy(bool), frame.trajectory_id.to_numpy(),
                 top_fraction=stats.top_k_fraction, n_resamples=stats.bootstrap_iterations,
-                confidence_level=stats.ci_level, rng=stream_rng(protocol_id, f"audit/lift/{stream}"),
+                confidence_level=level, rng=stream_rng(protocol_id, f"audit/lift/{stream}"),
             )
         except ValueError as exc:
             notes.append(f"lift undefined: {exc}")
@@ -194,7 +216,8 @@ def subject_statistics(
             lift = dict(lift=_finite(res.statistic), lift_ci_low=_finite(res.ci[0]), lift_ci_high=_finite(res.ci[1]))
     return SubjectStats(
         subject=subject, kind=kind, of=of, n_trajectories=n_traj, n_included_turns=n_included,
-        n_pivotal_turns=n_pivotal, n_abstained=n_abstained, note="; ".join(notes), **rank, **sign, **lift,
+        n_pivotal_turns=n_pivotal, n_abstained=n_abstained, note="; ".join(notes), ci_level=level, **rank, **sign,
+        **lift,
     )
 
 
