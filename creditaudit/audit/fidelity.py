@@ -16,7 +16,12 @@ One pipeline, the same exclusions for every subject (family or control):
 - sign agreement on turns where both the credit (relative to the family's neutral value) and
   ``A_replay`` are nonzero, with its Wilson CI;
 - precision-at-pivotal lift of the top ``statistics.top_k_fraction`` credited turns of each
-  trajectory, with its cluster bootstrap CI (stream ``audit/lift/<stream>``).
+  trajectory, with its cluster bootstrap CI (stream ``audit/lift/<stream>``);
+- both of the last two again on *resolved-pivotal* turns (the turn's ``A_replay`` interval excludes
+  0, SPEC.md §3) beside the paper's pivotal (``A_replay != 0``): ``sign_agreement_resolved`` on turns
+  with nonzero credit that are resolved-pivotal, ``lift_resolved`` with resolved-pivotal as the
+  target (stream ``audit/lift-resolved/<stream>``). With 3 rollouts an arm most zero-effect turns
+  come out pivotal by noise; the resolved statistics are what a perfect credit is judged on.
 """
 
 from __future__ import annotations
@@ -61,6 +66,15 @@ class SubjectStats:
     lift_ci_low: float | None
     lift_ci_high: float | None
     note: str
+    n_resolved_pivotal_turns: int = 0
+    sign_agreement_resolved: float | None = None
+    sign_agreement_resolved_ci_low: float | None = None
+    sign_agreement_resolved_ci_high: float | None = None
+    sign_resolved_n_agree: int = 0
+    sign_resolved_n_both_nonzero: int = 0
+    lift_resolved: float | None = None
+    lift_resolved_ci_low: float | None = None
+    lift_resolved_ci_high: float | None = None
     ci_level: float | None = None
     """Level of every interval of this subject: ``statistics.ci_level``, or for a null control
     ``1 - alpha / k`` with ``k`` null controls (:func:`null_control_level`)."""
@@ -124,9 +138,14 @@ def bootstrap_pvalue(distribution: np.ndarray) -> float | None:
 
 
 def included_turns(replay: pd.DataFrame, degenerate: set[str]) -> pd.DataFrame:
-    """Complete turns of non-degenerate trajectories (trajectory_id, turn, a_replay, pivotal)."""
+    """Complete turns of non-degenerate trajectories (trajectory_id, turn, a_replay, pivotal,
+    resolved_pivotal)."""
+    from creditaudit.audit.measurability import resolved_pivotal
+
     keep = (replay.status == "complete") & ~replay.trajectory_id.isin(degenerate)
-    return replay.loc[keep, ["trajectory_id", "turn", "a_replay", "pivotal"]]
+    out = replay.loc[keep, ["trajectory_id", "turn", "a_replay", "pivotal"]].copy()
+    out["resolved_pivotal"] = resolved_pivotal(replay)[keep.to_numpy()]
+    return out
 
 
 def _centre(frame: pd.DataFrame, neutral: float | str) -> np.ndarray:
@@ -202,22 +221,40 @@ def subject_statistics(
         else:
             sign = dict(sign_agreement=float(s.proportion), sign_ci_low=float(s.ci[0]), sign_ci_high=float(s.ci[1]),
                         sign_n_agree=int(s.n_agree), sign_n_both_nonzero=int(s.n_both_nonzero))
-    lift = dict(lift=None, lift_ci_low=None, lift_ci_high=None)
-    if n_included and n_pivotal:
+    resolved = frame.resolved_pivotal.to_numpy(bool) if "resolved_pivotal" in frame else np.zeros(n_included, bool)
+    n_resolved = int(resolved.sum())
+    if n_resolved:
+        try:
+            s = sign_agreement(centred[resolved], frame.a_replay.to_numpy(float)[resolved], confidence_level=level)
+        except ValueError as exc:
+            notes.append(f"sign agreement on resolved-pivotal turns undefined: {exc}")
+        else:
+            sign.update(sign_agreement_resolved=float(s.proportion), sign_agreement_resolved_ci_low=float(s.ci[0]),
+                        sign_agreement_resolved_ci_high=float(s.ci[1]), sign_resolved_n_agree=int(s.n_agree),
+                        sign_resolved_n_both_nonzero=int(s.n_both_nonzero))
+
+    def lift_of(target: np.ndarray, prefix: str, what: str) -> dict[str, float | None]:
+        out = {prefix: None, f"{prefix}_ci_low": None, f"{prefix}_ci_high": None}
+        if not (n_included and target.any()):
+            return out
         try:
             res = precision_at_pivotal_lift(
-                frame.credit.to_numpy(float), frame.pivotal.to_numpy(bool), frame.trajectory_id.to_numpy(),
+                frame.credit.to_numpy(float), target, frame.trajectory_id.to_numpy(),
                 top_fraction=stats.top_k_fraction, n_resamples=stats.bootstrap_iterations,
-                confidence_level=level, rng=stream_rng(protocol_id, f"audit/lift/{stream}"),
+                confidence_level=level, rng=stream_rng(protocol_id, f"audit/{what}/{stream}"),
             )
         except ValueError as exc:
-            notes.append(f"lift undefined: {exc}")
-        else:
-            lift = dict(lift=_finite(res.statistic), lift_ci_low=_finite(res.ci[0]), lift_ci_high=_finite(res.ci[1]))
+            notes.append(f"{prefix} undefined: {exc}")
+            return out
+        return {prefix: _finite(res.statistic), f"{prefix}_ci_low": _finite(res.ci[0]),
+                f"{prefix}_ci_high": _finite(res.ci[1])}
+
+    lift = lift_of(frame.pivotal.to_numpy(bool) if n_included else np.zeros(0, bool), "lift", "lift")
+    lift.update(lift_of(resolved, "lift_resolved", "lift-resolved"))
     return SubjectStats(
         subject=subject, kind=kind, of=of, n_trajectories=n_traj, n_included_turns=n_included,
-        n_pivotal_turns=n_pivotal, n_abstained=n_abstained, note="; ".join(notes), ci_level=level, **rank, **sign,
-        **lift,
+        n_pivotal_turns=n_pivotal, n_abstained=n_abstained, note="; ".join(notes), ci_level=level,
+        n_resolved_pivotal_turns=n_resolved, **rank, **sign, **lift,
     )
 
 

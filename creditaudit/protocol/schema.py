@@ -92,6 +92,14 @@ GATE_STATISTICS = (
     "lift",
     "lift_ci_low",
     "lift_ci_high",
+    # the same on resolved-pivotal turns (the turn's A_replay interval excludes 0, SPEC.md §3)
+    "n_resolved_pivotal_turns",
+    "sign_agreement_resolved",
+    "sign_agreement_resolved_ci_low",
+    "sign_agreement_resolved_ci_high",
+    "lift_resolved",
+    "lift_resolved_ci_low",
+    "lift_resolved_ci_high",
 )
 AUDIT_STATISTICS = frozenset(GATE_STATISTICS)
 

@@ -19,6 +19,8 @@ _STAT_FORMATS = {
     "estimate": "+.3f", "ci_low": "+.3f", "ci_high": "+.3f", "p_value": ".3g", "p_holm": ".3g",
     "sign_agreement": ".3f", "sign_ci_low": ".3f", "sign_ci_high": ".3f",
     "lift": ".3f", "lift_ci_low": ".3f", "lift_ci_high": ".3f", "ci_level": ".4g",
+    "sign_agreement_resolved": ".3f", "sign_agreement_resolved_ci_low": ".3f", "sign_agreement_resolved_ci_high": ".3f",
+    "lift_resolved": ".3f", "lift_resolved_ci_low": ".3f", "lift_resolved_ci_high": ".3f",
 }
 
 
