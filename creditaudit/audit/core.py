@@ -51,6 +51,21 @@ def family_objects(protocol: Protocol) -> dict[str, Any]:
     return {s.name: make_family(s) for s in protocol.signals}
 
 
+def _check_shares_turns(control: str, rows: pd.DataFrame, family: pd.DataFrame, of: str) -> None:
+    """A derived control (shuffle, inverted) abstains exactly where its family does: the two are
+    audited on one set of turns (refused otherwise, naming the first turn that differs)."""
+    merged = rows.merge(family, on=["trajectory_id", "turn"], how="outer", suffixes=("", "_family"),
+                        indicator=True)
+    differ = merged[(merged["_merge"] != "both") | (merged["abstained"] != merged["abstained_family"])]
+    if len(differ):
+        first = differ.sort_values(["trajectory_id", "turn"]).iloc[0]
+        raise InputError(
+            f"the credit table: control {control!r} and its family {of!r} do not share their turns "
+            f"({len(differ)} turn(s) differ, first trajectory {first.trajectory_id!r} turn {int(first.turn)}); a "
+            "control is audited on exactly its family's turns -- rerun `creditaudit signals`"
+        )
+
+
 def fluency_echo(
     credit: pd.DataFrame,
     shuffled: pd.DataFrame | None,
@@ -147,6 +162,8 @@ def audit_tables(
     subjects: dict[str, SubjectStats] = {}
     for name, kind, of, stream in _subjects(protocol):
         rows = credit.loc[credit.family == name, ["trajectory_id", "turn", "credit", "abstained"]]
+        if of is not None:
+            _check_shares_turns(name, rows, credit.loc[credit.family == of, ["trajectory_id", "turn", "abstained"]], of)
         source = objects.get(of if kind != "family" else name)
         neutral = neutral_value(source.neutral if source is not None else None, kind)
         level = null_control_level(protocol) if name in nulls else None  # Bonferroni across the null controls

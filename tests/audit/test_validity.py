@@ -194,3 +194,22 @@ def test_the_oracle_lifts_resolved_pivotal_turns_above_chance(planted):
     assert m.n_pivotal == int(complete.pivotal.sum()) and m.n_resolved_pivotal == int(resolved.sum())
     assert m.share_resolved_pivotal == pytest.approx(resolved.sum() / len(complete))
     assert m.share_resolved_pivotal < m.share_pivotal
+
+
+def test_a_control_that_does_not_share_its_familys_turns_is_refused(planted):
+    """Issue 25, item 6 (audit side): a shuffle or inverted control is audited on exactly its
+    family's turns; a credit table where one abstains where the other does not is refused."""
+    from creditaudit.errors import InputError
+
+    credit = _family_credit(planted)
+    protocol = _families_protocol()
+    first = planted.iloc[0]
+    at = (credit.trajectory_id == first.trajectory_id) & (credit.turn == first.turn)
+    broken = credit.copy()
+    broken.loc[at & (broken.family == "implicit"), ["credit", "abstained"]] = [np.nan, True]
+    with pytest.raises(InputError, match=r"control 'shuffle-implicit' and its family 'implicit' do not share"):
+        audit_tables(broken, planted, protocol=protocol, protocol_id=PID)
+    both = broken.copy()
+    both.loc[at & both.family.isin(["shuffle-implicit", "inverted-implicit"]), ["credit", "abstained"]] = [np.nan, True]
+    result = audit_tables(both, planted, protocol=protocol, protocol_id=PID)
+    assert result.subjects["shuffle-implicit"].n_abstained == result.subjects["implicit"].n_abstained == 1
