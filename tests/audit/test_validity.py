@@ -213,3 +213,25 @@ def test_a_control_that_does_not_share_its_familys_turns_is_refused(planted):
     both.loc[at & both.family.isin(["shuffle-implicit", "inverted-implicit"]), ["credit", "abstained"]] = [np.nan, True]
     result = audit_tables(both, planted, protocol=protocol, protocol_id=PID)
     assert result.subjects["shuffle-implicit"].n_abstained == result.subjects["implicit"].n_abstained == 1
+
+
+def test_the_resolved_statistics_flow_into_the_statistics_table():
+    """Issue 25, item 5: every new statistic is a row of audit/statistics.parquet, with its interval."""
+    from creditaudit.audit.export import statistics_table
+    from creditaudit.audit.fidelity import SubjectStats
+
+    stats = SubjectStats(subject="oracle", kind="family", of=None, estimate=0.6, ci_low=0.5, ci_high=0.7,
+                         p_value=0.0, n_trajectories=90, n_included_turns=690, n_pivotal_turns=470,
+                         n_excluded_constant=0, n_abstained=0, n_degenerate_resamples=0, sign_agreement=0.7,
+                         sign_ci_low=0.65, sign_ci_high=0.75, sign_n_agree=300, sign_n_both_nonzero=430, lift=1.3,
+                         lift_ci_low=1.2, lift_ci_high=1.4, note="", ci_level=0.95, n_resolved_pivotal_turns=41,
+                         sign_agreement_resolved=0.9, sign_agreement_resolved_ci_low=0.77,
+                         sign_agreement_resolved_ci_high=0.96, sign_resolved_n_agree=37,
+                         sign_resolved_n_both_nonzero=41, lift_resolved=2.2, lift_resolved_ci_low=1.6,
+                         lift_resolved_ci_high=2.8)
+    rows = {r["statistic"]: r for r in statistics_table({"subjects": [stats.to_dict()]}).to_pylist()}
+    assert (rows["lift_resolved"]["value"], rows["lift_resolved"]["ci_low"], rows["lift_resolved"]["ci_high"]) == \
+        (2.2, 1.6, 2.8)
+    assert (rows["sign_agreement_resolved"]["ci_low"], rows["sign_agreement_resolved"]["ci_high"]) == (0.77, 0.96)
+    assert rows["n_resolved_pivotal_turns"]["value"] == 41 and rows["sign_resolved_n_agree"]["value"] == 37
+    assert "lift_resolved_ci_low" not in rows and "sign_agreement_resolved_ci_high" not in rows
