@@ -87,9 +87,10 @@ CONTROLS = [
 
 
 def make_run(root: Path, policy_dir: Path, *, signals=None, controls=None, n_tasks=2, group=2,
-             collect_now: bool = True, sections: dict | None = None) -> tuple[Path, object]:
-    """A frozen planted-environment run directory (collected unless ``collect_now`` is False);
-    ``sections`` replaces top-level protocol sections (e.g. ``{"router": None}``)."""
+             collect_now: bool = True, router="template", sections: dict | None = None) -> tuple[Path, object]:
+    """A frozen planted-environment run directory (collected unless ``collect_now`` is False;
+    ``router``: the template's unless given, ``None`` for none; ``sections`` replaces other
+    top-level protocol sections)."""
     from creditaudit.cli.protocol import pin_plugins_text, pin_policy_text
     from creditaudit.protocol.io import default_template_text, parse_protocol
     from creditaudit.protocol.lock import freeze
@@ -105,6 +106,8 @@ def make_run(root: Path, policy_dir: Path, *, signals=None, controls=None, n_tas
     data["policy"].update(source="local", history_length=0, max_action_tokens=6)
     data["signals"] = signals if signals is not None else SIGNALS
     data["controls"] = controls if controls is not None else CONTROLS
+    if router != "template":
+        data["router"] = router
     data["statistics"]["bootstrap_iterations"] = 500
     data.update(sections or {})
     text = pin_policy_text(yaml.safe_dump(data, sort_keys=False), run / "policy")

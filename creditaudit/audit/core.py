@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from creditaudit.audit.fidelity import SubjectStats, included_turns, neutral_value, subject_statistics
+from creditaudit.audit.fidelity import SubjectStats, included_turns, neutral_value, null_control_level, subject_statistics
 from creditaudit.audit.measurability import degenerate_trajectories
 from creditaudit.errors import InputError
 from creditaudit.protocol.decision import Decision, decide_all
@@ -36,9 +36,11 @@ class AuditResult:
     table: dict[str, dict[str, float | None]] = field(default_factory=dict)
 
 
-def _subjects(protocol: Protocol) -> list[tuple[str, str, str | None]]:
-    out = [(s.name, "family", None) for s in protocol.signals]
-    out += [(c.name, c.kind, c.of) for c in protocol.controls]
+def _subjects(protocol: Protocol) -> list[tuple[str, str, str | None, str]]:
+    """(name, kind, of, stream) of every subject; ``stream`` names the subject's seed streams by its
+    place in the protocol (``signal/<i>``, ``control/<j>``), never by its name."""
+    out = [(s.name, "family", None, f"signal/{i}") for i, s in enumerate(protocol.signals)]
+    out += [(c.name, c.kind, c.of, f"control/{j}") for j, c in enumerate(protocol.controls)]
     return out
 
 
@@ -47,6 +49,21 @@ def family_objects(protocol: Protocol) -> dict[str, Any]:
     from creditaudit.signals.base import make_family
 
     return {s.name: make_family(s) for s in protocol.signals}
+
+
+def _check_shares_turns(control: str, rows: pd.DataFrame, family: pd.DataFrame, of: str) -> None:
+    """A derived control (shuffle, inverted) abstains exactly where its family does: the two are
+    audited on one set of turns (refused otherwise, naming the first turn that differs)."""
+    merged = rows.merge(family, on=["trajectory_id", "turn"], how="outer", suffixes=("", "_family"),
+                        indicator=True)
+    differ = merged[(merged["_merge"] != "both") | (merged["abstained"] != merged["abstained_family"])]
+    if len(differ):
+        first = differ.sort_values(["trajectory_id", "turn"]).iloc[0]
+        raise InputError(
+            f"the credit table: control {control!r} and its family {of!r} do not share their turns "
+            f"({len(differ)} turn(s) differ, first trajectory {first.trajectory_id!r} turn {int(first.turn)}); a "
+            "control is audited on exactly its family's turns -- rerun `creditaudit signals`"
+        )
 
 
 def fluency_echo(
@@ -58,12 +75,15 @@ def fluency_echo(
     protocol: Protocol,
     protocol_id: str,
     family: str,
+    stream: str | None = None,
 ) -> dict[str, Any]:
     """T3: does implicit credit echo the action's fluency (mean policy log-prob)?
 
     Median within-trajectory Spearman(credit, fluency) with its CI (and the same for the family's
     shuffle control); the standardised joint regression of credit on fluency and A_replay; the
-    partial correlation of credit and A_replay given fluency — all on the included turns.
+    partial correlation of credit and A_replay given fluency — all on the included turns. The
+    bootstrap streams are ``audit/fluency/<stream>`` and ``audit/fluency/<stream>/shuffle``
+    (``stream``: the family's place in the protocol, ``signal/<i>``; by default its name).
     """
     from creditaudit.stats import median_spearman, ols_standardized, partial_corr
 
@@ -73,6 +93,8 @@ def fluency_echo(
         rows = rows.loc[~rows.abstained, ["trajectory_id", "turn", "credit"]]
         out = included.merge(rows, on=["trajectory_id", "turn"]).merge(fluency, on=["trajectory_id", "turn"])
         return out.dropna(subset=["fluency"]).sort_values(["trajectory_id", "turn"]).reset_index(drop=True)
+
+    stream = stream or family
 
     def echo(frame: pd.DataFrame, name: str) -> dict[str, Any]:
         try:
@@ -85,9 +107,9 @@ def fluency_echo(
                 "n_trajectories": int(res.n_groups)}
 
     frame = frame_of(credit)
-    out: dict[str, Any] = {"family": family, "n_turns": int(len(frame)), "echo": echo(frame, family)}
+    out: dict[str, Any] = {"family": family, "n_turns": int(len(frame)), "echo": echo(frame, stream)}
     if shuffled is not None:
-        out["shuffle_echo"] = echo(frame_of(shuffled), f"{family}-shuffle")
+        out["shuffle_echo"] = echo(frame_of(shuffled), f"{stream}/shuffle")
     if len(frame) >= 5 and frame.fluency.nunique() > 1 and frame.a_replay.nunique() > 1 and frame.credit.nunique() > 1:
         ols = ols_standardized(frame.credit.to_numpy(float),
                                np.column_stack([frame.fluency.to_numpy(float), frame.a_replay.to_numpy(float)]),
@@ -136,13 +158,18 @@ def audit_tables(
                                          exclude_constant=protocol.exclusions.exclude_constant_replay)
     included = included_turns(replay, degenerate)
     objects = family_objects(protocol)
+    nulls = {c.name for c in protocol.controls if c.null_control}
     subjects: dict[str, SubjectStats] = {}
-    for name, kind, of in _subjects(protocol):
+    for name, kind, of, stream in _subjects(protocol):
         rows = credit.loc[credit.family == name, ["trajectory_id", "turn", "credit", "abstained"]]
+        if of is not None:
+            _check_shares_turns(name, rows, credit.loc[credit.family == of, ["trajectory_id", "turn", "abstained"]], of)
         source = objects.get(of if kind != "family" else name)
         neutral = neutral_value(source.neutral if source is not None else None, kind)
-        subjects[name] = subject_statistics(rows, included, subject=name, kind=kind, of=of,
-                                            protocol=protocol, protocol_id=protocol_id, neutral=neutral)
+        level = null_control_level(protocol) if name in nulls else None  # Bonferroni across the null controls
+        subjects[name] = subject_statistics(rows, included, subject=name, kind=kind, of=of, stream=stream,
+                                            protocol=protocol, protocol_id=protocol_id, neutral=neutral,
+                                            ci_level=level)
 
     families = list(protocol.hypotheses.confirmatory) or [s.name for s in protocol.signals]
     pvalues = [subjects[f].p_value if subjects[f].p_value is not None else 1.0 for f in families]
@@ -176,6 +203,7 @@ def audit_tables(
     fluency_result = None
     implicit = next((n for n, f in objects.items() if getattr(f, "fluency_echo", False)), None)
     if implicit is not None and fluency is not None:
+        position = [s.name for s in protocol.signals].index(implicit)
         try:
             shuffle_name = protocol.control_of(implicit, "shuffle")
         except KeyError:
@@ -184,6 +212,7 @@ def audit_tables(
             credit.loc[credit.family == implicit],
             credit.loc[credit.family == shuffle_name] if shuffle_name else None,
             included, fluency, protocol=protocol, protocol_id=protocol_id, family=implicit,
+            stream=f"signal/{position}",
         )
     return AuditResult(subjects, decisions, holm_record, exclusions, fluency_result, table)
 
@@ -195,8 +224,8 @@ def verdict_sentence(decision: Decision, stats: SubjectStats, protocol: Protocol
     n = f"{stats.n_trajectories} trajectories, {stats.n_included_turns} included turns, {stats.n_pivotal_turns} pivotal"
     verdict = decision.verdict
     if verdict == "INSTRUMENT_INVALID":
-        return (f"{decision.family}: no effect verdict — a null control's interval excludes 0, so the instrument "
-                f"is not valid on this data ({ci}; {n}).")
+        return (f"{decision.family}: no effect verdict — a null control's interval (each at 1 - alpha/k over the k "
+                f"null controls) excludes 0, so the instrument is not valid on this data ({ci}; {n}).")
     if verdict == "INFEASIBLE":
         return (f"{decision.family}: inconclusive — fewer included trajectories or pivotal turns than the protocol's "
                 f"minimum ({protocol.exclusions.min_trajectories} / {protocol.exclusions.min_pivotal_turns}); {n}.")

@@ -9,12 +9,19 @@ One pipeline, the same exclusions for every subject (family or control):
 - rank fidelity: within-trajectory Spearman between credit and ``A_replay`` (average ranks;
   trajectories with constant credit or constant ``A_replay`` have no rank information and are
   excluded and counted), the median across trajectories, and its cluster percentile bootstrap CI
-  (``statistics.bootstrap_iterations``, stream ``audit/bootstrap/<subject>``); its p-value is the
+  (``statistics.bootstrap_iterations``, stream ``audit/bootstrap/<stream>``, where ``<stream>`` is
+  the subject's place in the protocol -- ``signal/<i>`` or ``control/<j>`` -- never its name, so no
+  statistic depends on what a signal is called); its p-value is the
   bootstrap test inversion ``min(1, 2 min(P*(m <= 0), P*(m >= 0)))``;
 - sign agreement on turns where both the credit (relative to the family's neutral value) and
   ``A_replay`` are nonzero, with its Wilson CI;
 - precision-at-pivotal lift of the top ``statistics.top_k_fraction`` credited turns of each
-  trajectory, with its cluster bootstrap CI (stream ``audit/lift/<subject>``).
+  trajectory, with its cluster bootstrap CI (stream ``audit/lift/<stream>``);
+- both of the last two again on *resolved-pivotal* turns (the turn's ``A_replay`` interval excludes
+  0, SPEC.md §3) beside the paper's pivotal (``A_replay != 0``): ``sign_agreement_resolved`` on turns
+  with nonzero credit that are resolved-pivotal, ``lift_resolved`` with resolved-pivotal as the
+  target (stream ``audit/lift-resolved/<stream>``). With 3 rollouts an arm most zero-effect turns
+  come out pivotal by noise; the resolved statistics are what a perfect credit is judged on.
 """
 
 from __future__ import annotations
@@ -27,9 +34,10 @@ import numpy as np
 import pandas as pd
 
 from creditaudit.protocol.seeds import rng as stream_rng
-from creditaudit.protocol.schema import Protocol
+from creditaudit.protocol.schema import GATE_STATISTICS, Protocol
 
-__all__ = ["SubjectStats", "subject_statistics", "included_turns", "neutral_value", "bootstrap_pvalue"]
+__all__ = ["SubjectStats", "subject_statistics", "included_turns", "neutral_value", "null_control_level",
+           "bootstrap_pvalue"]
 
 
 @dataclass(frozen=True)
@@ -58,27 +66,32 @@ class SubjectStats:
     lift_ci_low: float | None
     lift_ci_high: float | None
     note: str
+    n_resolved_pivotal_turns: int = 0
+    sign_agreement_resolved: float | None = None
+    sign_agreement_resolved_ci_low: float | None = None
+    sign_agreement_resolved_ci_high: float | None = None
+    sign_resolved_n_agree: int = 0
+    sign_resolved_n_both_nonzero: int = 0
+    lift_resolved: float | None = None
+    lift_resolved_ci_low: float | None = None
+    lift_resolved_ci_high: float | None = None
+    ci_level: float | None = None
+    """Level of every interval of this subject: ``statistics.ci_level``, or for a null control
+    ``1 - alpha / k`` with ``k`` null controls (:func:`null_control_level`)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def gate_row(self) -> dict[str, float | None]:
-        """The statistics the decision engine reads (p_holm is added by the caller)."""
-        return {
-            "estimate": self.estimate,
-            "ci_low": self.ci_low,
-            "ci_high": self.ci_high,
-            "p_value": self.p_value,
-            "n_trajectories": float(self.n_trajectories),
-            "n_included_turns": float(self.n_included_turns),
-            "n_pivotal_turns": float(self.n_pivotal_turns),
-            "sign_agreement": self.sign_agreement,
-            "sign_ci_low": self.sign_ci_low,
-            "sign_ci_high": self.sign_ci_high,
-            "lift": self.lift,
-            "lift_ci_low": self.lift_ci_low,
-            "lift_ci_high": self.lift_ci_high,
-        }
+        """The statistics the decision engine reads: every name of
+        :data:`~creditaudit.protocol.schema.GATE_STATISTICS` (``p_holm`` is added by the caller)."""
+        row: dict[str, float | None] = {}
+        for name in GATE_STATISTICS:
+            if name == "p_holm":
+                continue
+            value = getattr(self, name)
+            row[name] = None if value is None else float(value)
+        return row
 
 
 def neutral_value(family_neutral: float | str | None, kind: str) -> float | str:
@@ -101,6 +114,21 @@ def neutral_value(family_neutral: float | str | None, kind: str) -> float | str:
     return family_neutral if isinstance(family_neutral, str) else float(family_neutral)
 
 
+def null_control_level(protocol: Protocol) -> float:
+    """Confidence level of a null control's intervals: ``1 - alpha / k`` with ``k`` null controls
+    (Bonferroni, SPEC.md §5), so the Controls gate -- any null control's interval excluding 0 --
+    declares a valid instrument invalid at most ``alpha`` of the time. One null control: ``1 - alpha``.
+
+    Examples
+    --------
+    >>> from creditaudit.protocol.io import default_template_text, parse_protocol
+    >>> null_control_level(parse_protocol(default_template_text()))  # random and uniform, alpha 0.05
+    0.975
+    """
+    k = max(1, sum(1 for c in protocol.controls if c.null_control))
+    return 1.0 - protocol.statistics.alpha / k
+
+
 def bootstrap_pvalue(distribution: np.ndarray) -> float | None:
     """Two-sided p-value of H0: statistic = 0 by inverting the percentile bootstrap."""
     finite = distribution[np.isfinite(distribution)]
@@ -110,9 +138,14 @@ def bootstrap_pvalue(distribution: np.ndarray) -> float | None:
 
 
 def included_turns(replay: pd.DataFrame, degenerate: set[str]) -> pd.DataFrame:
-    """Complete turns of non-degenerate trajectories (trajectory_id, turn, a_replay, pivotal)."""
+    """Complete turns of non-degenerate trajectories (trajectory_id, turn, a_replay, pivotal,
+    resolved_pivotal)."""
+    from creditaudit.audit.measurability import resolved_pivotal
+
     keep = (replay.status == "complete") & ~replay.trajectory_id.isin(degenerate)
-    return replay.loc[keep, ["trajectory_id", "turn", "a_replay", "pivotal"]]
+    out = replay.loc[keep, ["trajectory_id", "turn", "a_replay", "pivotal"]].copy()
+    out["resolved_pivotal"] = resolved_pivotal(replay)[keep.to_numpy()]
+    return out
 
 
 def _centre(frame: pd.DataFrame, neutral: float | str) -> np.ndarray:
@@ -131,17 +164,23 @@ def subject_statistics(
     protocol: Protocol,
     protocol_id: str,
     neutral: float | str,
+    stream: str | None = None,
+    ci_level: float | None = None,
 ) -> SubjectStats:
     """Statistics of one subject.
 
     ``credit``: this subject's rows (trajectory_id, turn, credit, abstained);
     ``included``: :func:`included_turns` of the replay; ``neutral``: the subject's neutral credit
-    (:func:`neutral_value` of its family's declared ``neutral``).
+    (:func:`neutral_value` of its family's declared ``neutral``); ``stream``: the suffix of the
+    subject's seed streams (its place in the protocol; by default its name); ``ci_level``: the level
+    of every interval (by default ``statistics.ci_level``; a null control's is :func:`null_control_level`).
     """
     from creditaudit.audit.metrics import precision_at_pivotal_lift
     from creditaudit.stats import median_spearman, sign_agreement
 
     stats = protocol.statistics
+    stream = stream or subject
+    level = float(ci_level) if ci_level is not None else float(stats.ci_level)
     n_abstained = int(credit.abstained.sum())
     rows = credit.loc[~credit.abstained, ["trajectory_id", "turn", "credit"]]
     frame = included.merge(rows, on=["trajectory_id", "turn"], how="inner").sort_values(["trajectory_id", "turn"])
@@ -157,8 +196,8 @@ def subject_statistics(
         try:
             result = median_spearman(
                 frame.credit.to_numpy(float), frame.a_replay.to_numpy(float), frame.trajectory_id.to_numpy(),
-                n_resamples=stats.bootstrap_iterations, confidence_level=stats.ci_level,
-                rng=stream_rng(protocol_id, f"audit/bootstrap/{subject}"), constant=stats.spearman_constant,
+                n_resamples=stats.bootstrap_iterations, confidence_level=level,
+                rng=stream_rng(protocol_id, f"audit/bootstrap/{stream}"), constant=stats.spearman_constant,
             )
         except ValueError as exc:  # no trajectory with rank information
             notes.append(f"rank fidelity undefined: {exc}")
@@ -176,27 +215,46 @@ def subject_statistics(
     if n_included:
         centred = _centre(frame, neutral)
         try:
-            s = sign_agreement(centred, frame.a_replay.to_numpy(float), confidence_level=stats.ci_level)
+            s = sign_agreement(centred, frame.a_replay.to_numpy(float), confidence_level=level)
         except ValueError as exc:
             notes.append(f"sign agreement undefined: {exc}")
         else:
             sign = dict(sign_agreement=float(s.proportion), sign_ci_low=float(s.ci[0]), sign_ci_high=float(s.ci[1]),
                         sign_n_agree=int(s.n_agree), sign_n_both_nonzero=int(s.n_both_nonzero))
-    lift = dict(lift=None, lift_ci_low=None, lift_ci_high=None)
-    if n_included and n_pivotal:
+    resolved = frame.resolved_pivotal.to_numpy(bool) if "resolved_pivotal" in frame else np.zeros(n_included, bool)
+    n_resolved = int(resolved.sum())
+    if n_resolved:
+        try:
+            s = sign_agreement(centred[resolved], frame.a_replay.to_numpy(float)[resolved], confidence_level=level)
+        except ValueError as exc:
+            notes.append(f"sign agreement on resolved-pivotal turns undefined: {exc}")
+        else:
+            sign.update(sign_agreement_resolved=float(s.proportion), sign_agreement_resolved_ci_low=float(s.ci[0]),
+                        sign_agreement_resolved_ci_high=float(s.ci[1]), sign_resolved_n_agree=int(s.n_agree),
+                        sign_resolved_n_both_nonzero=int(s.n_both_nonzero))
+
+    def lift_of(target: np.ndarray, prefix: str, what: str) -> dict[str, float | None]:
+        out = {prefix: None, f"{prefix}_ci_low": None, f"{prefix}_ci_high": None}
+        if not (n_included and target.any()):
+            return out
         try:
             res = precision_at_pivotal_lift(
-                frame.credit.to_numpy(float), frame.pivotal.to_numpy(bool), frame.trajectory_id.to_numpy(),
+                frame.credit.to_numpy(float), target, frame.trajectory_id.to_numpy(),
                 top_fraction=stats.top_k_fraction, n_resamples=stats.bootstrap_iterations,
-                confidence_level=stats.ci_level, rng=stream_rng(protocol_id, f"audit/lift/{subject}"),
+                confidence_level=level, rng=stream_rng(protocol_id, f"audit/{what}/{stream}"),
             )
         except ValueError as exc:
-            notes.append(f"lift undefined: {exc}")
-        else:
-            lift = dict(lift=_finite(res.statistic), lift_ci_low=_finite(res.ci[0]), lift_ci_high=_finite(res.ci[1]))
+            notes.append(f"{prefix} undefined: {exc}")
+            return out
+        return {prefix: _finite(res.statistic), f"{prefix}_ci_low": _finite(res.ci[0]),
+                f"{prefix}_ci_high": _finite(res.ci[1])}
+
+    lift = lift_of(frame.pivotal.to_numpy(bool) if n_included else np.zeros(0, bool), "lift", "lift")
+    lift.update(lift_of(resolved, "lift_resolved", "lift-resolved"))
     return SubjectStats(
         subject=subject, kind=kind, of=of, n_trajectories=n_traj, n_included_turns=n_included,
-        n_pivotal_turns=n_pivotal, n_abstained=n_abstained, note="; ".join(notes), **rank, **sign, **lift,
+        n_pivotal_turns=n_pivotal, n_abstained=n_abstained, note="; ".join(notes), ci_level=level,
+        n_resolved_pivotal_turns=n_resolved, **rank, **sign, **lift,
     )
 
 

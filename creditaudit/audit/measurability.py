@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from creditaudit.protocol.seeds import rng as stream_rng
 
-__all__ = ["MeasurabilityMap", "measurability_map", "degenerate_trajectories"]
+__all__ = ["MeasurabilityMap", "measurability_map", "degenerate_trajectories", "resolved_pivotal"]
 
 
 @dataclass(frozen=True)
@@ -46,11 +46,39 @@ class MeasurabilityMap:
     resolution_statement: str
     n_not_sampled: int = 0
     """Turns outside the preregistered sample (``replay.turns_per_trajectory``); not in ``n_turns``."""
+    n_pivotal: int = 0
+    """Complete turns with ``A_replay != 0`` (the paper's pivotal)."""
+    n_resolved_pivotal: int = 0
+    """Complete turns whose ``A_replay`` interval excludes 0 (resolved-pivotal, SPEC.md §3)."""
+    share_resolved_pivotal: float | None = None
+    """Share of complete turns that are resolved-pivotal (beside ``share_pivotal``: with 3 rollouts an
+    arm most zero-effect turns come out pivotal by noise)."""
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["logprob_gap_ci"] = list(self.logprob_gap_ci) if self.logprob_gap_ci else None
         return out
+
+
+def resolved_pivotal(df: Any) -> np.ndarray:
+    """Per turn of a replay table: complete and its ``A_replay`` interval (``ci_low``, ``ci_high``)
+    excludes 0 (SPEC.md §3). A table without the interval columns has no resolved-pivotal turn.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> df = pd.DataFrame({"status": ["complete"] * 3 + ["no_counterfactual"], "ci_low": [0.1, -0.2, -0.9, 0.5],
+    ...                    "ci_high": [0.6, 0.3, -0.1, 0.9]})
+    >>> resolved_pivotal(df).tolist()
+    [True, False, True, False]
+    """
+    if "ci_low" not in df or "ci_high" not in df:
+        return np.zeros(len(df), dtype=bool)
+    low = df["ci_low"].to_numpy(dtype=float, na_value=np.nan)
+    high = df["ci_high"].to_numpy(dtype=float, na_value=np.nan)
+    with np.errstate(invalid="ignore"):
+        excludes = (low > 0) | (high < 0)
+    return (df["status"].to_numpy() == "complete") & excludes
 
 
 def degenerate_trajectories(df: Any, *, min_complete_turns: int, exclude_constant: bool) -> set[str]:
@@ -93,6 +121,7 @@ def measurability_map(turns: pa.Table, *, protocol_id: str, protocol: Any) -> Me
     status = df.status.value_counts()
     complete = df[df.status == "complete"]
     n_complete = int(len(complete))
+    n_resolved = int(resolved_pivotal(df).sum())
     zero = complete[complete.a_replay == 0]
     all_equal = zero[zero.fact_resolution.notna() & zero.alt_resolution.notna()]
     gap, ci, resamples, degenerate = _gap_bootstrap(
@@ -128,6 +157,9 @@ def measurability_map(turns: pa.Table, *, protocol_id: str, protocol: Any) -> Me
         n_incomplete=int(status.get("incomplete", 0)),
         n_diverged=int(status.get("diverged", 0)),
         share_pivotal=share(int(complete.pivotal.sum()), n_complete),
+        share_resolved_pivotal=share(n_resolved, n_complete),
+        n_pivotal=int(complete.pivotal.sum()),
+        n_resolved_pivotal=n_resolved,
         share_sigma_floor_zero=share(int((complete.sigma_floor == 0).sum()), n_complete),
         share_no_counterfactual=share(int(status.get("no_counterfactual", 0)), n_turns),
         logprob_gap=gap,

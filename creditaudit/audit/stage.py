@@ -76,14 +76,27 @@ def _markdown(doc: AuditDocument, result: AuditResult, protocol: Any) -> str:
     for family, sentence in doc.sentences.items():
         lines.append(f"- {sentence}")
     lines += ["", "## Families and controls", "",
-              "| subject | kind | median ρ | CI | trajectories | included turns | pivotal | sign agreement | lift |",
-              "|---|---|---|---|---|---|---|---|---|"]
+              "Pivotal: A_replay != 0 (the paper's); resolved: the turn's A_replay interval excludes 0.", "",
+              "| subject | kind | median ρ | CI | trajectories | included turns | pivotal (resolved) | sign agreement "
+              "| sign agreement, resolved | lift | lift, resolved |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+
+    def sign_text(n_agree: int, n_both: int, value: float | None, low: float | None, high: float | None) -> str:
+        return "—" if value is None else f"{n_agree}/{n_both} = {value:.3f} [{low:.3f}, {high:.3f}]"
+
+    def lift_text(value: float | None, low: float | None, high: float | None) -> str:
+        return "—" if value is None else f"{value:.3f} [{_fmt(low, '.3f')}, {_fmt(high, '.3f')}]"
+
     for s in result.subjects.values():
-        sign = "—" if s.sign_agreement is None else f"{s.sign_n_agree}/{s.sign_n_both_nonzero} = {s.sign_agreement:.3f} [{s.sign_ci_low:.3f}, {s.sign_ci_high:.3f}]"
-        lift = "—" if s.lift is None else f"{s.lift:.3f} [{_fmt(s.lift_ci_low, '.3f')}, {_fmt(s.lift_ci_high, '.3f')}]"
+        sign = sign_text(s.sign_n_agree, s.sign_n_both_nonzero, s.sign_agreement, s.sign_ci_low, s.sign_ci_high)
+        sign_r = sign_text(s.sign_resolved_n_agree, s.sign_resolved_n_both_nonzero, s.sign_agreement_resolved,
+                           s.sign_agreement_resolved_ci_low, s.sign_agreement_resolved_ci_high)
+        lift = lift_text(s.lift, s.lift_ci_low, s.lift_ci_high)
+        lift_r = lift_text(s.lift_resolved, s.lift_resolved_ci_low, s.lift_resolved_ci_high)
         ci = "—" if s.ci_low is None else f"[{s.ci_low:+.3f}, {s.ci_high:+.3f}]"
         lines.append(f"| {s.subject} | {s.kind} | {_fmt(s.estimate)} | {ci} | {s.n_trajectories} | "
-                     f"{s.n_included_turns} | {s.n_pivotal_turns} | {sign} | {lift} |")
+                     f"{s.n_included_turns} | {s.n_pivotal_turns} ({s.n_resolved_pivotal_turns}) | {sign} | {sign_r} | "
+                     f"{lift} | {lift_r} |")
     ex = doc.exclusions
     lines += ["", "## Exclusions", "",
               f"{ex['n_degenerate_trajectories']} of {ex['n_trajectories']} trajectories are degenerate (fewer than "
@@ -111,7 +124,8 @@ def _markdown(doc: AuditDocument, result: AuditResult, protocol: Any) -> str:
     m = doc.measurability
     if m:
         lines += ["", "## Measurability", "",
-                  f"Pivotal {_fmt(m.get('share_pivotal'), '.3f')} of complete turns, sigma_floor = 0 "
+                  f"Pivotal {_fmt(m.get('share_pivotal'), '.3f')} of complete turns (resolved-pivotal "
+                  f"{_fmt(m.get('share_resolved_pivotal'), '.3f')}), sigma_floor = 0 "
                   f"{_fmt(m.get('share_sigma_floor_zero'), '.3f')}, no counterfactual "
                   f"{_fmt(m.get('share_no_counterfactual'), '.3f')} of turns (paper: {measurability_text()}).",
                   m.get("resolution_statement", "")]

@@ -30,6 +30,7 @@ __all__ = [
     "PROTOCOL_VERSION",
     "TASK_TYPES",
     "AUDIT_STATISTICS",
+    "GATE_STATISTICS",
     "FreeText",
     "Protocol",
     "EnvironmentSection",
@@ -71,27 +72,36 @@ TASK_TYPES = (
     "pick_two_obj_and_place",
 )
 
-#: Statistics the audit produces for every subject (a family or a control). A predicate naming
-#: anything else is rejected when the protocol is validated.
-AUDIT_STATISTICS = frozenset(
-    {
-        "estimate",  # median within-trajectory Spearman(credit, A_replay)
-        "ci_low",
-        "ci_high",
-        "p_value",
-        "p_holm",
-        "n_trajectories",
-        "n_included_turns",
-        "n_pivotal_turns",
-        "sign_agreement",
-        "sign_ci_low",
-        "sign_ci_high",
-        "lift",
-        "lift_ci_low",
-        "lift_ci_high",
-        "shuffle_changed_share",
-    }
+#: Statistics the audit produces for every subject (a family or a control), in the order of its
+#: statistics table -- the one list of them: the audit builds each subject's row of the table the
+#: gates read from exactly these names (:meth:`creditaudit.audit.fidelity.SubjectStats.gate_row`,
+#: ``p_holm`` added by :func:`creditaudit.audit.core.audit_tables`), and a predicate naming anything
+#: else is rejected when the protocol is validated.
+GATE_STATISTICS = (
+    "estimate",  # median within-trajectory Spearman(credit, A_replay)
+    "ci_low",
+    "ci_high",
+    "p_value",
+    "p_holm",  # Holm-adjusted p_value across the confirmatory families (null for a control)
+    "n_trajectories",
+    "n_included_turns",
+    "n_pivotal_turns",
+    "sign_agreement",
+    "sign_ci_low",
+    "sign_ci_high",
+    "lift",
+    "lift_ci_low",
+    "lift_ci_high",
+    # the same on resolved-pivotal turns (the turn's A_replay interval excludes 0, SPEC.md §3)
+    "n_resolved_pivotal_turns",
+    "sign_agreement_resolved",
+    "sign_agreement_resolved_ci_low",
+    "sign_agreement_resolved_ci_high",
+    "lift_resolved",
+    "lift_resolved_ci_low",
+    "lift_resolved_ci_high",
 )
+AUDIT_STATISTICS = frozenset(GATE_STATISTICS)
 
 
 class _NonIdentity:

@@ -4,7 +4,11 @@
 * ``uniform``: i.i.d. Uniform(-1, 1) per turn.
 * ``shuffle`` of a family: within every trajectory, a seeded permutation of that trajectory's
   non-abstained credits over its non-abstained positions (marginal-matched: the multiset of
-  credits of every trajectory is preserved); abstained positions stay abstained.
+  credits of every trajectory is preserved); abstained positions stay abstained. When the replay
+  results are known, the turns the audit can include (replay status ``complete``) are permuted
+  among themselves and the other turns among themselves, so a control and its family share their
+  set of audited turns and the multiset of credits on it: a family constant on its included turns
+  has a constant shuffle there too, never credit moved in from turns the audit excludes.
 * ``inverted`` of a family: minus its credit (abstentions carried over).
 
 Every random draw comes from the named stream ``signals/control/<control name>/<trajectory id>``,
@@ -77,17 +81,31 @@ def null_control(kind: str, name: str, trajectories: pd.DataFrame, protocol_id: 
     return _frame(trajectories, values, [None] * len(trajectories))
 
 
-def shuffle_control(name: str, credit: pd.DataFrame, protocol_id: str) -> pd.DataFrame:
-    """Within-trajectory, marginal-matched, seeded shuffle of a family's credit frame."""
+def shuffle_control(name: str, credit: pd.DataFrame, protocol_id: str, *,
+                    audited: Sequence[bool] | np.ndarray | None = None) -> pd.DataFrame:
+    """Within-trajectory, marginal-matched, seeded shuffle of a family's credit frame.
+
+    ``audited`` (one flag per row, optional): the turns the audit can include (replay status
+    ``complete``); they are permuted only among themselves, and the other turns among themselves,
+    each trajectory's with the one generator of its stream (audited turns first).
+    """
     streams = SeedStreams(protocol_id)
     src = credit["credit"].to_numpy(dtype=float)
     values = src.copy()
     tids = credit["trajectory_id"].to_numpy()
     turns = credit["turn"].to_numpy()
+    flags = None if audited is None else np.asarray(audited, dtype=bool)
+    if flags is not None and flags.shape != src.shape:
+        raise ValueError(f"`audited` must have one flag per row ({src.size}); got shape {flags.shape}")
     for tid in pd.unique(tids):
         idx = np.flatnonzero(tids == tid)
         idx = idx[np.argsort(turns[idx], kind="stable")]
-        values[idx] = shuffle_values(src[idx], rng=streams.rng(control_stream(name, tid)))
+        gen = streams.rng(control_stream(name, tid))
+        if flags is None:
+            values[idx] = shuffle_values(src[idx], rng=gen)
+        else:
+            for part in (idx[flags[idx]], idx[~flags[idx]]):
+                values[part] = shuffle_values(src[part], rng=gen)
     reasons = [SOURCE_ABSTAINED if r is not None else None for r in reasons_of(credit)]
     return _frame(credit, values, reasons)
 

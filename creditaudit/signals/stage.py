@@ -187,6 +187,12 @@ def run_signals(
                 raise RuntimeError(f"family {family.name!r} did not return one row per collected turn in order")
             outputs[family.name] = out
 
+    audited = None  # the turns the audit can include: a shuffle permutes them among themselves
+    if replay_turns is not None:
+        complete = replay_turns.loc[replay_turns["status"] == "complete", ["trajectory_id", "turn"]]
+        keys = set(zip(complete["trajectory_id"], complete["turn"].astype(int)))
+        audited = np.array([(t, int(u)) in keys for t, u in zip(spine["trajectory_id"], spine["turn"])], dtype=bool)
+
     frames: list[pd.DataFrame] = []
     document: dict[str, Any] = {
         "protocol_id": frozen.id,
@@ -206,8 +212,11 @@ def run_signals(
             entry: dict[str, Any] = {"kind": control.kind, "of": None, "null_control": control.null_control}
         elif control.kind == "shuffle":
             source = outputs[control.of].credit
-            frame = shuffle_control(control.name, source, frozen.id)
+            frame = shuffle_control(control.name, source, frozen.id, audited=audited)
             entry = {"kind": "shuffle", "of": control.of, "null_control": control.null_control,
+                     "shuffled_within": ("complete replay turns and the other turns of each trajectory, separately"
+                                         if audited is not None else
+                                         "each trajectory's turns (no replay results when the signals ran)"),
                      **changed_share(source, frame)}
         else:
             frame = inverted_control(outputs[control.of].credit)

@@ -117,9 +117,9 @@ def test_ledger_recomputes_every_stage_number_from_raw_artifacts(ledgered_run):
     e = {name: entry.value for name, entry in _entries(run).items()}
     audit = json.loads((run / "audit" / "audit.json").read_text())
     for subject in audit["subjects"]:
-        for stat in ("estimate", "ci_low", "ci_high", "p_value", "sign_agreement", "lift", "n_included_turns",
-                     "n_pivotal_turns", "sign_n_agree"):
-            assert e[f"audit.{subject['subject']}.{stat}"] == subject[stat], (subject["subject"], stat)
+        for stat, value in subject.items():  # every number the audit reports for a subject
+            if stat not in ("subject", "kind", "of", "note"):
+                assert e[f"audit.{subject['subject']}.{stat}"] == value, (subject["subject"], stat)
     for decision in audit["decisions"]:
         assert e[f"verdict.{decision['family']}"] == decision["verdict"]
         for gate in decision["gates"]:
@@ -289,3 +289,32 @@ def test_lock_and_ledger_record_the_dependency_versions(ledgered_run):
     assert versions["numpy"] == metadata.version("numpy") and versions["torch"] == metadata.version("torch")
     assert read_lock(lock_path_for(run / "protocol.yaml")).versions == versions
     assert read_ledger(run / LEDGER_JSON).versions == versions
+
+
+def test_a_run_without_a_router_goes_through_signals_audit_ledger_and_report(tmp_path, planted_policy_dir):
+    """Issue 25, item 3: the router is optional end to end, not only in validation."""
+    from helpers import make_run
+
+    from creditaudit.audit.stage import run_audit
+    from creditaudit.ledger import check_integrity, write_report
+    from creditaudit.replay.stage import run_replay
+    from creditaudit.signals.stage import run_signals
+
+    signals = [{"name": "implicit", "family": "implicit"}, {"name": "grpo", "family": "grpo"}]
+    controls = [{"name": "random", "kind": "random", "null_control": True},
+                {"name": "uniform", "kind": "uniform", "null_control": True},
+                {"name": "shuffle-implicit", "kind": "shuffle", "of": "implicit"},
+                {"name": "shuffle-grpo", "kind": "shuffle", "of": "grpo"}]
+    run, signer = make_run(tmp_path, planted_policy_dir, signals=signals, controls=controls, router=None)
+    run_replay(run / "protocol.yaml", signer, executor="inline")
+    assert run_signals(run / "protocol.yaml", signer).document["router"] is None
+    run_audit(run / "protocol.yaml", signer)
+    regenerate(run, signer=signer)
+    e = _entries(run)
+    assert e["protocol.router.present"].value is False and "protocol.router.confidence_family" not in e
+    assert e["router.reading"].value == "absent"
+    report = check_integrity(run)
+    assert report.ok, report.render(failures_only=True)
+    write_report(run)
+    assert "The protocol names no router (no router: the protocol names none)." in \
+        (run / "report" / "report.md").read_text()

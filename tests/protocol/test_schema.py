@@ -253,3 +253,33 @@ def test_a_field_added_later_enters_the_id_only_off_its_default(template):
     template["arms"]["eval_rollouts"] = 4
     changed = protocol_from_dict(template)
     assert changed.id != DEFAULT_TEMPLATE_ID and identity_dict(changed)["arms"]["eval_rollouts"] == 4
+
+
+def _without_confidence_and_judge(template: dict) -> dict:
+    data = copy.deepcopy(template)
+    data["signals"] = [s for s in data["signals"] if s["family"] not in ("confidence", "judge")]
+    data["controls"] = [c for c in data["controls"] if c.get("of") in (None, *[s["name"] for s in data["signals"]])]
+    return data
+
+
+def test_the_router_is_optional_and_names_nothing_when_absent(template):
+    """Issue 25, item 3: an audit with neither a confidence nor a judge family validates without a router."""
+    data = _without_confidence_and_judge(template)
+    data["router"] = None
+    protocol = protocol_from_dict(data)
+    assert protocol.router is None
+    assert {s.family for s in protocol.signals}.isdisjoint({"confidence", "judge"})
+    data.pop("router")  # omitted: the same protocol
+    assert protocol_from_dict(data).id == protocol.id
+
+
+def test_a_present_router_must_name_families_the_protocol_audits(template):
+    data = _without_confidence_and_judge(template)  # the template's router names confidence and judge
+    with pytest.raises(InputError, match="router.confidence_family names unknown family 'confidence'"):
+        protocol_from_dict(data)
+    data["router"] = {"confidence_family": "implicit", "judge_family": "nowhere", "routed_share": 0.5}
+    with pytest.raises(InputError, match="router.judge_family names unknown family 'nowhere'"):
+        protocol_from_dict(data)
+    data["router"]["judge_family"] = "prover"
+    router = protocol_from_dict(data).router
+    assert (router.confidence_family, router.judge_family) == ("implicit", "prover")

@@ -85,3 +85,25 @@ def test_inverted_is_minus_the_credit():
 def test_shuffle_values_keeps_nan_in_place():
     out = shuffle_values([3.0, float("nan"), 1.0], rng=np.random.default_rng(0))
     assert np.isnan(out[1]) and sorted(out[[0, 2]]) == [1.0, 3.0]
+
+
+def test_a_shuffle_shares_its_familys_turns():
+    """Issue 25, item 6: the shuffle abstains exactly where its family does, and permutes the turns
+    the audit includes only among themselves: a family constant on its included turns (varying only
+    on turns the replay could not measure) has a shuffle constant there too."""
+    values = {f"t{i}": [0.5, 0.5, float("nan"), 0.5, 0.5, 3.0, -2.0, 0.5] for i in range(12)}
+    credit = _credit(values)
+    audited = np.tile([True, True, True, True, True, False, False, True], 12)  # turns 5, 6: no counterfactual
+    shuffled = shuffle_control("shuffle-x", credit, PID, audited=audited)
+    np.testing.assert_array_equal(shuffled.credit.isna().to_numpy(), credit.credit.isna().to_numpy())
+    assert shuffled.abstain_reason.notna().tolist() == credit.abstain_reason.notna().tolist()
+    on_included = shuffled.credit.to_numpy()[audited & credit.credit.notna().to_numpy()]
+    assert set(on_included) == {0.5}
+    for tid, frame in shuffled.groupby("trajectory_id"):  # still marginal-matched per trajectory
+        assert Counter(frame.credit.dropna()) == Counter(credit[credit.trajectory_id == tid].credit.dropna())
+    assert changed_share(credit, shuffled)["n_changed"] > 0  # the two unmeasured turns were still permuted
+    # without the replay's turns, credit moves onto included turns (what the stage avoids once replay ran)
+    blind = shuffle_control("shuffle-x", credit, PID)
+    assert set(blind.credit.to_numpy()[audited & credit.credit.notna().to_numpy()]) > {0.5}
+    with pytest.raises(ValueError, match="one flag per row"):
+        shuffle_control("shuffle-x", credit, PID, audited=audited[:-1])

@@ -120,7 +120,7 @@ def precomputed_run(tmp_path_factory, planted_policy_dir):
                  {"name": "uniform", "kind": "uniform", "null_control": True}]
                 + [{"name": f"shuffle-{n}", "kind": "shuffle", "of": n} for n in SIGNALS])
     run, _ = make_run(tmp_path_factory.mktemp("precomputed"), planted_policy_dir, signals=signals, controls=controls,
-                      n_tasks=30, group=1, sections={"router": None})
+                      n_tasks=30, group=1, router=None)
     # "the user's code": reads collect/trajectories.parquet only, with pandas, and writes CSV files
     frozen = require_frozen(run / "protocol.yaml")
     trajectories = pd.read_parquet(run / "collect" / "trajectories.parquet")

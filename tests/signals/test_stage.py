@@ -207,3 +207,25 @@ def test_stage_with_an_http_judge_and_judge_agreement(tmp_path, judgeable_policy
     (agreement,) = summary.document["judge_agreement"]
     assert agreement["judges"] == ["judge", "remote"] and agreement["n"] == int(rows.credit.notna().sum())
     assert 0.0 <= agreement["agreement"] <= 1.0
+
+
+def test_shuffles_permute_the_audited_turns_among_themselves(signals_run):
+    """Issue 25, item 6: with replay results, every shuffle has its family's multiset of credits on
+    each trajectory's complete turns (the turns the audit includes) and abstains where it abstains."""
+    from collections import Counter
+
+    run, _, summary = signals_run
+    frozen = require_frozen(run / "protocol.yaml")
+    df = read_credit(frozen).to_pandas()
+    status = pq.read_table(run / "replay" / "turns.parquet", columns=["trajectory_id", "turn", "status"]).to_pandas()
+    df = df.merge(status, on=["trajectory_id", "turn"], how="left")
+    shuffles = [c for c in frozen.protocol.controls if c.kind == "shuffle"]
+    assert shuffles
+    for control in shuffles:
+        entry = summary.document["controls"][control.name]
+        assert entry["shuffled_within"].startswith("complete replay turns")
+        family, shuffle = df[df.family == control.of], df[df.family == control.name]
+        assert family.abstained.tolist() == shuffle.abstained.tolist()
+        for (tid, complete), rows in family.groupby(["trajectory_id", family.status == "complete"]):
+            other = shuffle[(shuffle.trajectory_id == tid) & ((shuffle.status == "complete") == complete)]
+            assert Counter(rows.credit.dropna()) == Counter(other.credit.dropna()), (control.name, tid)

@@ -18,7 +18,9 @@ __all__ = ["audit_entries", "gate_inputs_text"]
 _STAT_FORMATS = {
     "estimate": "+.3f", "ci_low": "+.3f", "ci_high": "+.3f", "p_value": ".3g", "p_holm": ".3g",
     "sign_agreement": ".3f", "sign_ci_low": ".3f", "sign_ci_high": ".3f",
-    "lift": ".3f", "lift_ci_low": ".3f", "lift_ci_high": ".3f",
+    "lift": ".3f", "lift_ci_low": ".3f", "lift_ci_high": ".3f", "ci_level": ".4g",
+    "sign_agreement_resolved": ".3f", "sign_agreement_resolved_ci_low": ".3f", "sign_agreement_resolved_ci_high": ".3f",
+    "lift_resolved": ".3f", "lift_resolved_ci_low": ".3f", "lift_resolved_ci_high": ".3f",
 }
 
 
@@ -45,7 +47,7 @@ def gate_inputs_text(inputs: dict[str, Any]) -> str:
     return ", ".join(parts) or "none"
 
 
-@producer("audit", inputs=("signals.credit", "replay.turns", "collect.trajectories"), version=1,
+@producer("audit", inputs=("signals.credit", "replay.turns", "collect.trajectories"), version=2,
           description="Fidelity statistics of every family and control, Holm, verdicts with gate traces, fluency echo.")
 def audit_entries(ctx: ProducerContext) -> list[Value]:
     from creditaudit.audit.core import audit_tables, verdict_sentence
@@ -62,12 +64,13 @@ def audit_entries(ctx: ProducerContext) -> list[Value]:
         p = f"audit.{name}"
         row = s.to_dict()
         out += [Value(f"{p}.kind", s.kind), Value(f"{p}.of", s.of, text=s.of or "—")]
-        for stat in ("estimate", "ci_low", "ci_high", "p_value", "sign_agreement", "sign_ci_low", "sign_ci_high",
-                     "lift", "lift_ci_low", "lift_ci_high"):
-            out.append(Value(f"{p}.{stat}", row[stat], _STAT_FORMATS[stat]))
-        for stat in ("n_trajectories", "n_included_turns", "n_pivotal_turns", "n_excluded_constant", "n_abstained",
-                     "n_degenerate_resamples", "sign_n_agree", "sign_n_both_nonzero"):
-            out.append(Value(f"{p}.{stat}", int(row[stat]), "d"))
+        for stat, value in row.items():  # every statistic the audit reports, so a new one is recomputed too
+            if stat in ("subject", "kind", "of", "note"):
+                continue
+            if stat.startswith("n_") or stat.startswith("sign_n_") or "_n_" in stat:
+                out.append(Value(f"{p}.{stat}", int(value), "d"))
+            else:
+                out.append(Value(f"{p}.{stat}", value, _STAT_FORMATS.get(stat, ".4g")))
         out.append(Value(f"{p}.note", s.note, text=s.note or "—"))
 
     holm = result.holm

@@ -113,8 +113,9 @@ def protocol_entries(ctx: ProducerContext) -> list[Value]:
         Value("protocol.collection.n_tasks", protocol.collection.n_tasks, "d"),
         Value("protocol.collection.group_size", protocol.collection.group_size, "d"),
         Value("protocol.policy.temperature", protocol.policy.temperature, "g"),
+        Value("protocol.router.present", protocol.router is not None),
     ]
-    if protocol.router is not None:  # the router is optional
+    if protocol.router is not None:  # the router is optional: a protocol without one names no families for it
         out += [
             Value("protocol.router.confidence_family", protocol.router.confidence_family),
             Value("protocol.router.judge_family", protocol.router.judge_family),

@@ -29,7 +29,7 @@ def replay_entries(ctx: ProducerContext) -> list[Value]:
     ]
 
 
-@producer("measurability", inputs=("replay.turns",), version=2,
+@producer("measurability", inputs=("replay.turns",), version=3,
           description="The measurability map: pivotal share, zero noise floor, no counterfactual, log-prob gap.")
 def measurability_entries(ctx: ProducerContext) -> list[Value]:
     from creditaudit.audit.measurability import measurability_map
@@ -45,6 +45,9 @@ def measurability_entries(ctx: ProducerContext) -> list[Value]:
         Value(f"{p}.n_diverged", m.n_diverged, "d"),
         Value(f"{p}.n_not_sampled", m.n_not_sampled, "d"),
         Value(f"{p}.share_pivotal", m.share_pivotal, ".3f"),
+        Value(f"{p}.n_pivotal", m.n_pivotal, "d"),
+        Value(f"{p}.n_resolved_pivotal", m.n_resolved_pivotal, "d"),
+        Value(f"{p}.share_resolved_pivotal", m.share_resolved_pivotal, ".3f"),
         Value(f"{p}.share_sigma_floor_zero", m.share_sigma_floor_zero, ".3f"),
         Value(f"{p}.share_no_counterfactual", m.share_no_counterfactual, ".3f"),
         Value(f"{p}.logprob_gap", m.logprob_gap, "+.3f"),

@@ -104,8 +104,8 @@ def router_entries(ctx: ProducerContext) -> list[Value]:
     from creditaudit.signals.router import router_report
 
     router = ctx.protocol.router
-    if router is None:  # a protocol without a router has no router entries
-        return []
+    if router is None:
+        return [Value("router.reading", "absent", text="no router: the protocol names none")]
     frames = credit_frames(ctx.table("signals.credit").to_pandas())
     if router.confidence_family not in frames:
         from creditaudit.errors import InputError
