@@ -7,8 +7,10 @@ Each question is checked on its own and answered with its own message:
 1. **intended** — is each hashed file the intended one? The ledger's manifest pairs every input's
    catalogue name with its path and hash; the link records say what each stage wrote. A file whose
    bytes differ from its attestation or from the manifest, a manifest that pairs a name with
-   another artifact's path, a table whose columns are another artifact's, or a file stamped with
-   another protocol is *not the intended file*.
+   another artifact's path, a table whose columns are another artifact's, a file stamped with
+   another protocol, or a file in a stage's directory that no link record attests (a shard left by
+   an unfinished stage, a file put there by hand: nothing vouches for its bytes) is *not the
+   intended file*.
 2. **written** — was it written correctly? An empty file, a file of NUL bytes (its hash is valid,
    but it is not data), a Parquet file without its header or footer magic (truncated), a footer that
    cannot be parsed, JSON that does not parse, a PNG without its end chunk: *not written correctly*.
@@ -469,6 +471,41 @@ def _manifest(run_dir: Path, ledger_path: Path) -> tuple[list[Finding], int]:
     return findings, len(ledger.artifacts)
 
 
+def _stage_dirs(*, outputs: bool) -> list[str]:
+    """The run-relative directories the stages write (every file in them must be attested)."""
+    dirs = {spec.pattern.split("/", 1)[0] for spec in CATALOGUE.values()
+            if "/" in spec.pattern and spec.stage not in ("protocol", "links")}
+    if not outputs:
+        dirs -= {CATALOGUE[name].pattern.split("/", 1)[0] for name in _OUTPUTS if name in CATALOGUE}
+    return sorted(dirs)
+
+
+def _unvouched(run_dir: Path, attested: set[str], *, outputs: bool) -> list[Finding]:
+    """A finding for every file in a stage's directory that no link record attests."""
+    findings = []
+    for top in _stage_dirs(outputs=outputs):
+        base = run_dir / top
+        if not base.is_dir():
+            continue
+        for path in sorted(base.rglob("*")):
+            if path.is_dir():
+                continue
+            rel = path.relative_to(run_dir).as_posix()
+            if rel in attested:
+                continue
+            spec = spec_for_path(rel)
+            if spec is not None and not spec.attested:
+                detail = (f"a shard that no link record attests (left by an unfinished `{spec.command}`, or put "
+                          f"here by hand); rerun `{spec.command}` to finish the stage (it removes its shards once "
+                          "their concatenation is attested)")
+            else:
+                rerun = f"rerun `{spec.command}`" if spec is not None else "rerun the stage that writes it"
+                detail = (f"no link record attests it (a file put here by hand, or left by an interrupted write): "
+                          f"nothing vouches for its bytes; delete it or {rerun}")
+            findings.append(Finding("intended", rel, detail))
+    return findings
+
+
 # ------------------------------------------------------------------------------------------ the checks
 
 
@@ -529,6 +566,8 @@ def check_integrity(run_dir: str | Path, *, outputs: bool = True, ledger_path: s
         for rel, message in chain.changed:
             report.findings.append(Finding("intended", rel, message.split(": ", 1)[1]))
         report.checked["intended"] += len(chain.attested)
+        if chain.error is None:  # a broken chain attests nothing: its error is the finding
+            report.findings += _unvouched(run_dir, set(chain.attested), outputs=outputs)
     if outputs:
         target = Path(ledger_path) if ledger_path else run_dir / LEDGER_JSON
         if target.is_file():
