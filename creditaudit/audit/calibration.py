@@ -38,7 +38,8 @@ import pandas as pd
 
 from creditaudit.protocol.seeds import rng, seed_int
 
-__all__ = ["CALIBRATION_TASKS", "CalibrationRow", "Calibration", "calibration_protocol", "run_calibration"]
+__all__ = ["CALIBRATION_TASKS", "CalibrationRow", "Calibration", "calibration_protocol", "credit_table",
+           "run_calibration"]
 
 #: Planted tasks (one trajectory each) of a calibration run: enough for every gate's minimums.
 CALIBRATION_TASKS = 90
@@ -183,6 +184,12 @@ def _credits(replay: pd.DataFrame, protocol_id: str, null_controls: list[Any]) -
             idx = np.asarray(idx)
             shuffled[idx] = values[name][gen.permutation(idx)]
         values[f"shuffle-{name}"] = shuffled
+    return credit_table(replay, values)
+
+
+def credit_table(replay: pd.DataFrame, values: dict[str, np.ndarray]) -> pd.DataFrame:
+    """Long-form credit (``trajectory_id, turn, family, credit, abstained``) of every subject in
+    ``values``, one array per subject aligned with the rows of ``replay``; no turn abstains."""
     frames = []
     for name, credit in values.items():
         frame = replay[["trajectory_id", "turn"]].copy()

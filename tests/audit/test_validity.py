@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from creditaudit.audit.calibration import _planted_replay
+from creditaudit.audit.calibration import _planted_replay, credit_table
 from creditaudit.audit.core import audit_tables
 from creditaudit.protocol.io import default_template_text, parse_protocol, protocol_dict, protocol_from_dict
 
@@ -66,12 +66,7 @@ def _family_credit(replay: pd.DataFrame) -> pd.DataFrame:
             shuffled[idx] = values[family][gen.permutation(idx)]
         values[f"shuffle-{family}"] = shuffled
     values["inverted-implicit"] = -values["implicit"]
-    frames = []
-    for name, credit in values.items():
-        frame = replay[["trajectory_id", "turn"]].copy()
-        frame["family"], frame["credit"], frame["abstained"] = name, credit, False
-        frames.append(frame)
-    return pd.concat(frames, ignore_index=True)
+    return credit_table(replay, values)
 
 
 RENAMED = {"implicit": "hcapo", "confidence": "conf", "judge": "grader", "random": "noise-a", "uniform": "noise-b",
