@@ -38,8 +38,11 @@ import pandas as pd
 
 from creditaudit.protocol.seeds import rng, seed_int
 
-__all__ = ["CALIBRATION_TASKS", "CalibrationRow", "Calibration", "calibration_protocol", "credit_table",
-           "run_calibration"]
+__all__ = ["CALIBRATION_TASKS", "CALIBRATION_JSON", "CalibrationRow", "Calibration", "calibration_protocol",
+           "credit_table", "run_calibration", "calibrate_run"]
+
+#: The attested calibration table of a run (``creditaudit calibrate --run DIR`` on a frozen run).
+CALIBRATION_JSON = "calibration/calibration.json"
 
 #: Planted tasks (one trajectory each) of a calibration run: enough for every gate's minimums.
 CALIBRATION_TASKS = 90
@@ -224,3 +227,30 @@ def run_calibration(protocol: Any, *, n_tasks: int = CALIBRATION_TASKS) -> Calib
     rows.append(CalibrationRow("Controls gate", f"null controls ({names}) contain 0", "passes", state,
                                None, None, None))
     return Calibration(rows, pid, int(result.exclusions["n_trajectories"]), int(result.exclusions["n_included_turns"]))
+
+
+def calibrate_run(protocol_path: Any, signer: Any, *, n_tasks: int = CALIBRATION_TASKS) -> Calibration:
+    """Calibrate a frozen run's protocol and write the table to :data:`CALIBRATION_JSON` under a
+    signed link record (stage ``calibrate``), so that the ledger regenerates it and the report shows it.
+
+    The table depends on the frozen protocol alone (and the code), never on the run's data."""
+    from pathlib import Path
+
+    from creditaudit.artifacts import write_bytes_atomic
+    from creditaudit.protocol.canonical import canonical_bytes
+    from creditaudit.protocol.links import StageLink
+    from creditaudit.protocol.lock import require_frozen
+
+    frozen = require_frozen(Path(protocol_path))
+    result = run_calibration(frozen.protocol, n_tasks=n_tasks)
+    run_dir = frozen.run_dir
+    target = run_dir / CALIBRATION_JSON
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with StageLink(run_dir, "calibrate", frozen.id, signer, command=["creditaudit", "calibrate"],
+                   parameters={"n_tasks": n_tasks},
+                   inputs=[frozen.path, frozen.path.with_name(frozen.path.stem + ".lock.json")]) as link:
+        document = {**result.to_json(), "calibration_protocol_id": result.protocol_id, "protocol_id": frozen.id,
+                    "n_tasks": n_tasks}
+        write_bytes_atomic(target, canonical_bytes(document) + b"\n")
+        link.add_output(target)
+    return result

@@ -12,7 +12,9 @@ __all__ = ["calibrate_command"]
 
 def calibrate_command(
     run: Path | None = typer.Option(None, "--run", help="Calibrate this run's protocol.yaml (its statistics, "
-                                    "exclusions, gates and decision order); default: the default template."),
+                                    "exclusions, gates and decision order); on a frozen run the table is also "
+                                    "written to calibration/calibration.json under a signed link record, so the "
+                                    "ledger regenerates it and the report shows it. Default: the default template."),
     protocol: Path | None = typer.Option(None, "--protocol", help="Calibrate this protocol file instead."),
     tasks: int = typer.Option(90, "--tasks", min=20, max=10_000, help="Planted trajectories to audit."),
     as_json: bool = typer.Option(False, "--json", help="Print the calibration table as JSON."),
@@ -30,8 +32,17 @@ def calibrate_command(
         protocol = run / "protocol.yaml"
         if not protocol.is_file():
             raise InputError(f"{protocol}: no protocol in the run directory")
-    parsed = load_protocol(protocol) if protocol is not None else parse_protocol(default_template_text())
-    result = run_calibration(parsed, n_tasks=tasks)
+    from creditaudit.protocol.lock import lock_path_for
+
+    if run is not None and lock_path_for(protocol).is_file():
+        # a frozen run: the table is written under a signed link record, for the ledger and the report
+        from creditaudit.audit.calibration import calibrate_run
+        from creditaudit.protocol.signing import PRIVATE_KEY_NAME, load_signer
+
+        result = calibrate_run(protocol, load_signer(run / "keys" / PRIVATE_KEY_NAME), n_tasks=tasks)
+    else:
+        parsed = load_protocol(protocol) if protocol is not None else parse_protocol(default_template_text())
+        result = run_calibration(parsed, n_tasks=tasks)
     typer.echo(json.dumps(result.to_json(), sort_keys=True) if as_json else result.render())
     if not result.ok:
         if not as_json:

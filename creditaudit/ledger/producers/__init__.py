@@ -6,9 +6,12 @@
 - :mod:`.replay`: replay counters and the measurability map;
 - :mod:`.signals`: abstentions, control strength, judge agreement and the confidence router;
 - :mod:`.audit`: fidelity statistics, Holm, verdicts with every gate's trace, fluency echo;
-- :mod:`.arms`: the training-arms experiment (only when the run has ``arms/``).
+- :mod:`.arms`: the training-arms experiment (only when the run has ``arms/``);
+- :mod:`.calibration`: the calibration table (only when the run has ``calibration/``).
 """
 
-from creditaudit.ledger.producers import arms, audit, collect, protocol, reference, replay, signals  # noqa: F401
+from creditaudit.ledger.producers import (  # noqa: F401
+    arms, audit, calibration, collect, protocol, reference, replay, signals,
+)
 
 __all__: list[str] = []
