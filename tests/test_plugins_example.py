@@ -92,24 +92,25 @@ PIPELINE = textwrap.dedent('''
     import json, sys
     from creditaudit.cli import main
 
-    run = sys.argv[1]
-    steps = [["protocol", "pin", f"{run}/protocol.yaml"], ["protocol", "keygen", "--out", f"{run}/keys"],
-             ["protocol", "freeze", f"{run}/protocol.yaml"], ["collect", "--run", run, "--quiet"],
-             ["replay", "--run", run, "--quiet"], ["signals", "--run", run, "--quiet"], ["audit", "--run", run]]
-    codes = []
-    for step in steps:
-        try:
-            main(step)
-            code = 0
-        except SystemExit as exc:
-            code = exc.code
-        codes.append(code)
-        if code != 0:
-            break
-    from creditaudit import plugins
-    novelty = plugins.get("family", "novelty")
-    print("RESULT " + json.dumps({"codes": codes, "distribution": novelty.distribution, "version": novelty.version,
-                                  "target": novelty.target}))
+    if __name__ == "__main__":  # replay's worker processes must not run the pipeline again
+        run = sys.argv[1]
+        steps = [["protocol", "pin", f"{run}/protocol.yaml"], ["protocol", "keygen", "--out", f"{run}/keys"],
+                 ["protocol", "freeze", f"{run}/protocol.yaml"], ["collect", "--run", run, "--quiet"],
+                 ["replay", "--run", run, "--quiet"], ["signals", "--run", run, "--quiet"], ["audit", "--run", run]]
+        codes = []
+        for step in steps:
+            try:
+                main(step)
+                code = 0
+            except SystemExit as exc:
+                code = exc.code
+            codes.append(code)
+            if code != 0:
+                break
+        from creditaudit import plugins
+        novelty = plugins.get("family", "novelty")
+        print("RESULT " + json.dumps({"codes": codes, "distribution": novelty.distribution,
+                                      "version": novelty.version, "target": novelty.target}))
 ''')
 
 
