@@ -382,7 +382,10 @@ class SignalSpec(_Model):
         if not isinstance(args, dict):
             raise ValueError(f"{where}: `args` must be a mapping of the family's arguments")
         bound = plugin.bind(args, where=f"{where}: args")
-        plugin.create(bound, name=str(data.get("name")))  # the family's own cross-argument checks
+        family = plugin.create(bound, name=str(data.get("name")))  # the family's own cross-argument checks
+        from creditaudit.signals.base import check_contract
+
+        check_contract(family, source=f"{where}: family {data['family']!r} ({plugin.distribution} {plugin.version})")
         return {**data, "args": bound}
 
 

@@ -12,12 +12,17 @@ and the stage (``creditaudit signals``) in :mod:`~creditaudit.signals.stage`.
 
 from creditaudit.signals.families.advantages import grpo_advantages, rloo_advantages, zscore
 from creditaudit.signals.base import (
+    ABSTAIN_REASONS,
     CREDIT_SCHEMA,
+    FAMILY_CONTRACT_VERSION,
     CreditFamily,
+    FamilyBase,
     FamilyOutput,
     SignalContext,
     Trajectory,
     TurnRecord,
+    check_contract,
+    credit_frame,
     implemented_families,
     make_family,
     trajectories_from_table,
@@ -67,9 +72,14 @@ __all__ = [
     "SignalsSummary",
     "run_signals",
     "read_credit",
-    # the family contract
+    # the family contract (version FAMILY_CONTRACT_VERSION; creditaudit.signals.base)
+    "FAMILY_CONTRACT_VERSION",
+    "ABSTAIN_REASONS",
     "CreditFamily",
+    "FamilyBase",
     "FamilyOutput",
+    "credit_frame",
+    "check_contract",
     "SignalContext",
     "Trajectory",
     "TurnRecord",

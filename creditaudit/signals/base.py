@@ -16,6 +16,7 @@ A family that credits every action by its number of words, scaled by a parameter
 >>> from typing import Annotated
 >>> from pydantic import Field
 >>> class WordCount(FamilyBase):
+...     contract_version = 1  # the FAMILY_CONTRACT_VERSION this family was written for
 ...     def __init__(self, *, name, scale):
 ...         self.name, self.scale = name, scale
 ...     def compute(self, context):
@@ -27,6 +28,13 @@ A family that credits every action by its number of words, scaled by a parameter
 >>> family = word_count(name="words", scale=2.0)
 >>> isinstance(family, CreditFamily), family.neutral, sorted(family.needs)
 (True, 0.0, [])
+>>> check_contract(family, source="words")  # passes: written for this contract version
+
+A family declares the contract version it was written for as a literal (``contract_version = 1``,
+not the imported constant, which would always match). A family written for another version is
+refused by the protocol parser and by every stage that builds it, with an
+:class:`~creditaudit.errors.InputError` (exit 2) naming it; a family that declares none is
+taken to follow the current contract.
 
 Published in a distribution's ``pyproject.toml``::
 
@@ -68,6 +76,7 @@ __all__ = [
     "reasons_of",
     "make_family",
     "family_traits",
+    "check_contract",
     "agreement_groups",
     "implemented_families",
 ]
@@ -188,8 +197,15 @@ class CreditFamily(Protocol):
     of a categorical judge, e.g. ``(1, 0, -1)``; families sharing them get judge-vs-judge agreement),
     ``fluency_echo`` (the audit computes the fluency echo, T3, for this family), ``uses`` (other
     plugins it uses, ``(kind, name)`` pairs, pinned with it), ``inputs(run_dir)`` (extra files the
-    signals stage attests as inputs) and ``input_facts()`` (what the stage's link record states about
-    them once computed: a precomputed file's row count and columns).
+    signals stage attests as inputs), ``input_facts()`` (what the stage's link record states about
+    them once computed: a precomputed file's row count and columns) and ``contract_version`` (the
+    :data:`FAMILY_CONTRACT_VERSION` the family was written for, an int literal; checked by
+    :func:`check_contract`, ``None`` = undeclared).
+
+    ``compute`` returns one row per collected turn (:func:`credit_frame` builds it); a turn without a
+    credit abstains with a reason (:data:`ABSTAIN_REASONS`, or the family's own), never a silent 0.
+    The module docstring holds a complete example; ``examples/creditaudit-example-family`` in the
+    source tree is a whole installable distribution.
     """
 
     name: str
@@ -208,6 +224,7 @@ class FamilyBase:
     categories: tuple[int, ...] | None = None
     fluency_echo: bool = False
     uses: tuple[tuple[str, str], ...] = ()
+    contract_version: int | None = None
 
     def inputs(self, run_dir: Path) -> list[Path]:
         """Files besides the trajectories (and the policy, when needed) that the credit depends on."""
@@ -218,8 +235,36 @@ class FamilyBase:
         return {}
 
 
+def check_contract(family: Any, *, source: str) -> None:
+    """Refuse a family written for another version of the family contract.
+
+    Raises
+    ------
+    InputError
+        When ``family.contract_version`` is declared and is not :data:`FAMILY_CONTRACT_VERSION`
+        (or is not an integer), naming the family (``source``) and what to install.
+    """
+    declared = getattr(family, "contract_version", None)
+    if declared is None:
+        return
+    if isinstance(declared, bool) or not isinstance(declared, int):
+        raise InputError(f"{source}: `contract_version` must be an integer (the family contract version the family "
+                         f"was written for); got {declared!r}")
+    if declared != FAMILY_CONTRACT_VERSION:
+        from creditaudit import __version__
+
+        raise InputError(
+            f"{source}: written for family contract version {declared}, but creditaudit {__version__} implements "
+            f"version {FAMILY_CONTRACT_VERSION} (creditaudit.signals.base.FAMILY_CONTRACT_VERSION); install a release "
+            f"of the plugin written for version {FAMILY_CONTRACT_VERSION}, or a creditaudit implementing version "
+            f"{declared}"
+        )
+
+
 def family_traits(family: Any, *, source: str) -> None:
-    """Refuse a family object that does not declare what the audit needs (``TypeError`` naming it)."""
+    """Refuse a family object that does not declare what the audit needs (``TypeError`` naming it),
+    or that was written for another contract version (:func:`check_contract`)."""
+    check_contract(family, source=source)
     missing = [a for a in ("name", "neutral", "needs", "compute") if not hasattr(family, a)]
     if missing:
         raise TypeError(f"{source}: the family object {family!r} lacks {', '.join(missing)} (see CreditFamily)")
