@@ -34,7 +34,7 @@ from creditaudit.signals.families.judge_data import (
     judge_stream_root,
 )
 
-__all__ = ["JudgeBuild", "JUDGE_MODEL_DIR", "JUDGE_RECORD", "judge_games", "judge_training_rows", "truncated",
+__all__ = ["JudgeBuild", "MAX_TURNS", "turn_markers", "JUDGE_MODEL_DIR", "JUDGE_RECORD", "judge_games", "judge_training_rows", "truncated",
            "train_judge", "build_judge_model"]
 
 JUDGE_MODEL_DIR = Path(__file__).resolve().parent / "judge_model"
@@ -42,6 +42,22 @@ JUDGE_MODEL_DIR = Path(__file__).resolve().parent / "judge_model"
 JUDGE_RECORD = "creditaudit_judge.json"
 """Build record written beside the model (not part of its identity hashes)."""
 _CHOICE = {1: "1", 0: "0", -1: "-1"}
+MAX_TURNS = 100
+"""Turns the judge's turn markers cover (``turn 0`` ... ``turn 99``)."""
+
+
+def turn_markers(n: int = MAX_TURNS) -> list[str]:
+    """Whole-word tokens of the judge's tokenizer: the turn headers of the judge prompt
+    (``turn 7``) and the cue's last words (``turn 7:``). With them the cue's last token names its
+    turn, and the header it must find is one token: the judge reads the same text, tokenized so
+    that a tiny model can tie a cue to its turn by matching two embeddings.
+
+    Examples
+    --------
+    >>> turn_markers(2)
+    ['turn 0', 'turn 1', 'turn 0:', 'turn 1:']
+    """
+    return [f"turn {i}" for i in range(n)] + [f"turn {i}:" for i in range(n)]
 
 
 @dataclass(frozen=True)
@@ -54,11 +70,11 @@ class JudgeBuild:
     passes: int = 2
     horizon: int = 30
     noise_rates: tuple[float, ...] = (0.1, 0.3, 0.5)
-    hidden_size: int = 96
-    num_layers: int = 3
+    hidden_size: int = 64
+    num_layers: int = 2
     num_heads: int = 4
-    epochs: int = 12
-    learning_rate: float = 3e-3
+    epochs: int = 20
+    learning_rate: float = 6e-3
     batch_size: int = 4
     rename_share: float = 0.5
     prefix_share: float = 0.5
@@ -280,8 +296,9 @@ def build_judge_model(out_dir: str | Path, build: JudgeBuild | None = None, *,
         timings["rollouts"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         rows = judge_training_rows(train)
-        vocabulary = build_vocabulary([body for body, _ in rows] + [c for _, br in rows for c, _ in br])
-        tokenizer = build_tokenizer(vocabulary)
+        markers = turn_markers()
+        vocabulary = build_vocabulary([body for body, _ in rows] + [c for _, br in rows for c, _ in br]) + markers
+        tokenizer = build_tokenizer(vocabulary, added_words=markers)
         with Deterministic(threads):
             model = build_model(len(vocabulary), tokenizer, hidden_size=build.hidden_size,
                                 num_layers=build.num_layers, num_heads=build.num_heads,

@@ -41,7 +41,7 @@ from creditaudit.protocol import seeds as seed_streams
 from creditaudit.replay.records import Trajectory, TurnRecord
 
 __all__ = ["JUDGE_BUILD_VERSION", "LabelledTrajectory", "progress_labels", "PlannerProbe", "judge_rollouts",
-           "judge_stream_root"]
+           "judge_stream_root", "labelled_to_dict", "labelled_from_dict"]
 
 JUDGE_BUILD_VERSION = 1
 """Version of the judge build recipe; bumped whenever the same seed would give different files."""
@@ -176,3 +176,21 @@ def judge_rollouts(tasks: Sequence[Any], *, seed: int, purpose: str, passes: int
         results = list(pool.map(_rollout_worker, [(factory, share, root, purpose, rates) for share in shares]))
     by_k = {k: r for share, result in zip(shares, results) for (k, _), r in zip(share, result)}
     return [by_k[k] for k, _ in jobs]
+
+
+def labelled_to_dict(lt: LabelledTrajectory) -> dict[str, Any]:
+    """A JSON-ready form of a labelled transcript (what a judge reads, plus its labels)."""
+    t = lt.trajectory
+    return {"trajectory_id": t.trajectory_id, "task_id": t.task_id, "rollout": t.rollout, "goal": t.goal,
+            "outcome": t.outcome, "labels": list(lt.labels), "plan_lengths": list(lt.plan_lengths),
+            "noise_rate": lt.noise_rate,
+            "turns": [{"observation": r.observation, "admissible": list(r.admissible), "action": r.action,
+                       "feedback": r.feedback, "done": r.done, "won": r.won} for r in t.turns]}
+
+
+def labelled_from_dict(d: dict[str, Any]) -> LabelledTrajectory:
+    """Inverse of :func:`labelled_to_dict`."""
+    turns = tuple(TurnRecord(i, r["observation"], tuple(r["admissible"]), r["action"], (), None, r["feedback"],
+                             done=r["done"], won=r["won"]) for i, r in enumerate(d["turns"]))
+    traj = Trajectory(d["trajectory_id"], d["task_id"], d["rollout"], d["goal"], d["outcome"], turns)
+    return LabelledTrajectory(traj, tuple(d["labels"]), tuple(d["plan_lengths"]), d["noise_rate"])
