@@ -1,8 +1,10 @@
 """The embedded judge model against its labels on held-out games.
 
-Regenerate (about 10 minutes on 2 shared cores; games are kept in ``--games-dir`` and reused)::
+Regenerate (about 10 minutes on 2 shared cores; games are kept in ``--games-dir`` and reused,
+the labelled transcripts in ``--transcripts``)::
 
-    PYTHONPATH=. python benchmarks/judge_bench.py --games 24 --games-dir benchmarks/.judge-games
+    PYTHONPATH=. python benchmarks/judge_bench.py --games 18 --games-dir benchmarks/.judge-games \
+        --transcripts benchmarks/.judge-games/bench-transcripts.json
 
 Workload: ``--games`` generated ALFWorld games from the judge build's held-out stream
 (``judge/held-out-games`` of the shipped model's seed: never trained on), ``passes`` noisy-expert
@@ -37,24 +39,44 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", type=Path, default=None, help="Judge model directory (default: the shipped one).")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "judge_bench.json")
+    parser.add_argument("--transcripts", type=Path, default=None,
+                        help="Labelled transcripts as JSON: read when the file exists, else written after the rollouts.")
+    parser.add_argument("--rollouts-only", action="store_true", help="Stop after writing --transcripts.")
     args = parser.parse_args(argv)
 
     from creditaudit.protocol import seeds as seed_streams
     from creditaudit.replay.policies.default.build import Deterministic
     from creditaudit.replay.policies.default.evaluation import task_of
-    from creditaudit.signals.families.judge import embedded_judge_dir
-    from creditaudit.signals.families.judge_build import JUDGE_RECORD, JudgeBuild, judge_games, truncated
-    from creditaudit.signals.families.judge_data import judge_rollouts, judge_stream_root
+    from creditaudit.signals.families.judge_build import JUDGE_MODEL_DIR, JUDGE_RECORD, JudgeBuild, judge_games, truncated
+    from creditaudit.signals.families.judge_data import (
+        judge_rollouts,
+        judge_stream_root,
+        labelled_from_dict,
+        labelled_to_dict,
+    )
     from creditaudit.signals.families.judge_eval import judge_metrics, load_judge
 
-    model_dir = args.model or embedded_judge_dir()
-    record = json.loads((model_dir / JUDGE_RECORD).read_text())
-    build = JudgeBuild(**{k: tuple(v) if isinstance(v, list) else v for k, v in record["build"].items()})
+    model_dir = args.model or JUDGE_MODEL_DIR
+    if (model_dir / JUDGE_RECORD).is_file():
+        record = json.loads((model_dir / JUDGE_RECORD).read_text())
+        build = JudgeBuild(**{k: tuple(v) if isinstance(v, list) else v for k, v in record["build"].items()})
+    else:  # rollouts before the model exists: the default build's settings
+        record, build = {"build": None}, JudgeBuild()
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
-    games = judge_games(args.games_dir, args.games, seed=build.seed, purpose="held-out-games", workers=args.workers)
-    labelled = judge_rollouts([task_of(g) for g in games], seed=build.seed, purpose="bench", passes=build.passes,
-                              horizon=build.horizon, noise_rates=build.noise_rates, workers=args.workers)
+    if args.transcripts is not None and args.transcripts.is_file():
+        labelled = [labelled_from_dict(d) for d in json.loads(args.transcripts.read_text())]
+    else:
+        games = judge_games(args.games_dir, args.games, seed=build.seed, purpose="held-out-games",
+                            workers=args.workers)
+        labelled = judge_rollouts([task_of(g) for g in games], seed=build.seed, purpose="bench",
+                                  passes=build.passes, horizon=build.horizon, noise_rates=build.noise_rates,
+                                  workers=args.workers)
+        if args.transcripts is not None:
+            args.transcripts.parent.mkdir(parents=True, exist_ok=True)
+            args.transcripts.write_text(json.dumps([labelled_to_dict(lt) for lt in labelled]), encoding="utf-8")
+    if args.rollouts_only:
+        return 0
     seconds["games_and_rollouts"] = time.perf_counter() - t0
     trained_on = set(record.get("train_tasks", []))
     leaked = sorted({lt.trajectory.task_id for lt in labelled} & trained_on)
