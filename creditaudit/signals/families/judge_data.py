@@ -70,7 +70,7 @@ def progress_labels(plan_lengths: Sequence[int], *, max_negative: int = 1) -> li
     Examples
     --------
     >>> progress_labels([4, 4, 3, 4, 5, 4, 0])
-    [0, 1, 0, -1, 1, 1]
+    [0, 1, -1, 0, 1, 1]
     """
     d = [int(x) for x in plan_lengths]
     labels = [1 if d[t + 1] < d[t] else 0 for t in range(len(d) - 1)]
