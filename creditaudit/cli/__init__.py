@@ -58,6 +58,9 @@ def _register_stages() -> None:
     app.command(name="games")(games_command)
     app.command(name="collect")(collect_command)
     app.command(name="replay")(replay_command)
+    from creditaudit.cli.judge import judge_app
+
+    app.add_typer(judge_app, name="judge")
     from creditaudit.cli.signals import signals_command
     from creditaudit.cli.audit import audit_command, export_command
 

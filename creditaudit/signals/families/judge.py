@@ -2,8 +2,9 @@
 and scores every turn in {1, 0, -1}, with at most ``max_negative`` (default one) -1 per trajectory.
 
 Backends
-    ``local``: a ``transformers`` causal LM (``model: policy`` is the audited policy itself, else
-    a model directory). For each turn the judge prompt ends with ``score of turn <t>:`` and the
+    ``local``: a ``transformers`` causal LM (``model: policy`` is the audited policy itself,
+    ``model: embedded`` the judge model shipped in the package (:mod:`~.judge_build`), else a
+    model directory). For each turn the judge prompt ends with ``score of turn <t>:`` and the
     three choices "1", "0", "-1" are scored by their log-probability as continuations (sum over
     the choice's tokens, temperature 1). The scores of a trajectory are the joint maximum of the
     summed log-probabilities subject to the -1 budget: every turn takes its best non-negative
@@ -63,6 +64,8 @@ __all__ = [
     "HttpJudge",
     "JudgeFamily",
     "judge_agreement",
+    "EMBEDDED_JUDGE",
+    "embedded_judge_dir",
 ]
 
 JUDGE_CHOICES = ("1", "0", "-1")
@@ -423,12 +426,35 @@ def _local_model(context: SignalContext, model: str) -> tuple[Any, str, str]:
         return context.policy(), f"local:policy@{digest[:16]}", digest
     from creditaudit.replay.policies import load_policy, policy_file_hashes
 
-    path = Path(model)
+    path = embedded_judge_dir() if model == EMBEDDED_JUDGE else Path(model)
     if not path.is_absolute():
         path = context.run_dir / path
     hashes = policy_file_hashes(path)
     digest = canonical_hash({**hashes["model_files"], **hashes["tokenizer_files"]})
     return load_policy(path, history_length=0), f"local:{Path(model).name}@{digest[:16]}", digest
+
+
+EMBEDDED_JUDGE = "embedded"
+"""``model: embedded``: the judge model shipped in the package (:mod:`~.judge_build`)."""
+
+
+def embedded_judge_dir() -> Path:
+    """The shipped judge model's directory.
+
+    Raises
+    ------
+    InputError
+        When the package holds no judge model (an install without package data).
+    """
+    from creditaudit.signals.families.judge_build import JUDGE_MODEL_DIR
+
+    if not (JUDGE_MODEL_DIR / "config.json").is_file():
+        raise InputError(
+            f"judge `model: embedded`: the package holds no judge model in {JUDGE_MODEL_DIR}; reinstall creditaudit "
+            "with its package data, or build one with `creditaudit judge build --out DIR` and set the judge's "
+            "`model` to DIR"
+        )
+    return JUDGE_MODEL_DIR
 
 
 class JudgeFamily(FamilyBase):
@@ -445,11 +471,11 @@ class JudgeFamily(FamilyBase):
         return frozenset({"policy"}) if self.backend == "local" and self.model == "policy" else frozenset()
 
     def inputs(self, run_dir: Path) -> list[Path]:
-        """Files of a local judge model that lies in the run directory (a model elsewhere is
-        identified by its hash in the judge id)."""
+        """Files of a local judge model that lies in the run directory (a model elsewhere, the
+        shipped ``embedded`` one included, is identified by its files' hash in the judge id)."""
         from creditaudit.replay.policies import policy_file_hashes
 
-        if self.backend != "local" or self.model == "policy":
+        if self.backend != "local" or self.model in ("policy", EMBEDDED_JUDGE):
             return []
         path = Path(self.model) if Path(self.model).is_absolute() else run_dir / self.model
         try:
@@ -555,7 +581,9 @@ def judge_family(
         ``local``: a transformers model scoring "1"/"0"/"-1" by constrained log-probability;
         ``http``: an OpenAI-compatible endpoint answering JSON.
     model : str, default "policy"
-        Local model directory (``policy`` = the audited policy) or the endpoint's model name.
+        Local model directory (``policy`` = the audited policy; ``embedded`` = the judge model
+        shipped in the package, trained on planner-progress labels, see
+        :mod:`~creditaudit.signals.families.judge_build`) or the endpoint's model name.
     endpoint : str, optional
         Base URL of the OpenAI-compatible endpoint (required for ``backend: http``).
     max_retries : int, default 3

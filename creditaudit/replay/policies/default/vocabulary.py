@@ -93,7 +93,7 @@ def build_vocabulary(texts: Iterable[str] = ()) -> list[str]:
     return list(SPECIAL_TOKENS) + [NEWLINE_TOKEN] + sorted(words)
 
 
-def build_tokenizer(vocabulary: Sequence[str], *, model_max_length: int = 4096):
+def build_tokenizer(vocabulary: Sequence[str], *, model_max_length: int = 4096, added_words: Sequence[str] = ()):
     """A word-level ``PreTrainedTokenizerFast`` over ``vocabulary``.
 
     Lower-cases, splits on whitespace and punctuation (a line break is a token of its own when
@@ -101,6 +101,10 @@ def build_tokenizer(vocabulary: Sequence[str], *, model_max_length: int = 4096):
     single spaces (so an action decodes to its command text).
     ``<eoa>`` is the end-of-sequence token and ``<pad>`` the padding token. No chat template:
     prompts use the plain template.
+
+    ``added_words`` (each also in ``vocabulary``) are matched on the raw text as whole words
+    before pre-tokenization, so a phrase such as ``turn 7`` becomes one token (the embedded judge
+    model's turn markers); none by default.
     """
     from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
@@ -118,6 +122,11 @@ def build_tokenizer(vocabulary: Sequence[str], *, model_max_length: int = 4096):
     if NEWLINE_TOKEN in vocabulary:
         # Matched on the raw text before pre-tokenization (which would drop it as whitespace).
         tok.add_tokens([AddedToken(NEWLINE_TOKEN, normalized=False, special=False)])
+    missing = [w for w in added_words if w not in vocabulary]
+    if missing:
+        raise ValueError(f"`added_words` must be in `vocabulary`; missing {missing[:3]}")
+    if added_words:
+        tok.add_tokens([AddedToken(w, normalized=False, single_word=True, special=False) for w in added_words])
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,
         pad_token=PAD_TOKEN,
