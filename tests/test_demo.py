@@ -35,17 +35,31 @@ def test_demo_runs_end_to_end_and_resumes_to_the_same_ledger(tiny_alfworld_polic
     overrides = {
         **DEMO_OVERRIDES,
         "environment": {"generator": {"games_per_type": 1, "max_objects": 10, "max_receptacles": 8}, "horizon": 5},
-        "replay": {"n_alternatives": 2},
+        "replay": {"n_alternatives": 2, "turns_per_trajectory": 3},
         "statistics": {"bootstrap_iterations": 500},
-        "arms": {**DEMO_OVERRIDES["arms"], "eval_tasks": 1, "probe_states": 4},
     }
     first = run_demo(run, quiet=True, overrides=overrides)
     assert first["ledger"]["identical_runs"] == 2 and first["ledger"]["entries"] > 0
     for key in ("markdown", "html"):
         text = Path(first["report"][key]).read_text()
         assert first["protocol_id"] in text
-    assert (run / "arms" / "analysis.json").is_file() and json.loads((run / "arms" / "analysis.json").read_text())
+    assert not (run / "arms").exists()  # the training arms are their own command, not part of the demo
+    calibration = json.loads((run / "calibration" / "calibration.json").read_text())
+    assert calibration["recovered"] == calibration["of"] == 5
+    assert "recovers planted answers: 5/5" in Path(first["report"]["markdown"]).read_text()
     assert set(first["verdicts"]) == {"implicit", "judge", "confidence"}
+    from creditaudit.demo import findings_lines
+
+    lines = findings_lines(first, run)
+    subjects = {s["subject"]: s for s in first["audit"]["subjects"]}
+    verdicts = {d["family"]: d["verdict"] for d in first["audit"]["decisions"]}
+    for family in ("implicit", "judge", "confidence"):
+        row = next(line for line in lines if line.strip().startswith(family + " "))
+        assert verdicts[family] in row and f"over {subjects[family]['n_trajectories']} trajectories" in row
+    assert any("paper: +0.019 [-0.109, +0.081]" in line for line in lines)  # implicit beside the paper's
+    assert any(line.startswith("How sure: ") for line in lines)
+    assert any("creditaudit ledger verify --run" in line for line in lines)
+    assert any("creditaudit calibrate --run" in line for line in lines)
     ledger_bytes = (run / "ledger" / "ledger.json").read_bytes()
 
     links_before = sorted(p.name for p in (run / "links").glob("*.link.json"))

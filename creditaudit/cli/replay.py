@@ -44,6 +44,9 @@ def build_command(
     out: Path | None = typer.Option(None, "--out", help="Model directory (default: the protocol's policy.path)."),
     evaluate: bool = typer.Option(True, "--evaluate/--no-evaluate", help="Measure held-out success and admissible rate."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress display."),
+    shipped: bool = typer.Option(False, "--shipped", help="Install the build shipped in the package (the default "
+                                 "seed's, byte-identical to what training from the default build section writes) "
+                                 "instead of training; refused when the protocol's policy.build differs."),
 ) -> None:
     """Build the embedded default policy (tiny Qwen2, word-level tokenizer, behaviour cloning)."""
     from creditaudit.cli.paths import dir_to_write
@@ -60,6 +63,14 @@ def build_command(
     if (target / BUILD_RECORD).is_file():
         record = json.loads((target / BUILD_RECORD).read_text())
         typer.echo(f"policy already built in {target} (reusing it; delete the directory to rebuild)")
+        typer.echo(json.dumps(record.get("evaluation", {}), sort_keys=True))
+        return
+    if shipped:
+        from creditaudit.replay.policies.default.shipped import install_built_policy
+
+        install_built_policy(target, spec.policy.build)
+        record = json.loads((target / BUILD_RECORD).read_text())
+        typer.echo(f"installed the shipped default policy in {target}")
         typer.echo(json.dumps(record.get("evaluation", {}), sort_keys=True))
         return
     with progress_bars(enabled=not quiet) as update:

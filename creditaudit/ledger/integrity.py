@@ -55,7 +55,10 @@ VERDICTS: dict[str, str] = {
 }
 
 _OUTPUTS = ("ledger", "report.markdown", "report.html", "report.figures")
-_REPLAY_STATUSES = {"complete", "no_counterfactual", "incomplete", "diverged"}
+def _replay_statuses() -> set[str]:
+    from creditaudit.replay.engine import STATUS
+
+    return set(STATUS)
 
 
 @dataclass(frozen=True)
@@ -268,12 +271,12 @@ def _replay_turns_evidence(run_dir: Path, rel: str) -> list[str]:
         return [f"has no column {', '.join(missing)}"]
     df = table.select(["trajectory_id", "turn", *need]).to_pandas()
     out = []
-    unknown = ~df.status.isin(_REPLAY_STATUSES)
+    unknown = ~df.status.isin(_replay_statuses())
     if unknown.any():
         first = df[unknown].iloc[0]
         out.append(f"{int(unknown.sum())} turn(s) have no known exclusion status (first: trajectory "
                    f"{first.trajectory_id!r}, turn {int(first.turn)}, status {first.status!r}; known: "
-                   f"{', '.join(sorted(_REPLAY_STATUSES))})")
+                   f"{', '.join(sorted(_replay_statuses()))})")
     complete = df.status == "complete"
     lacking = complete & (df.a_replay.isna() | df.sigma_floor.isna() | df.pivotal.isna())
     if lacking.any():
