@@ -258,3 +258,31 @@ def test_retry_after_is_honoured_and_malformed_logprobs_name_the_request(referen
         httpx.post(reference_server.rsplit("/v1", 1)[0] + "/control", json={"fail_next": 5}).raise_for_status()
         _server_policy(reference_server, planted_policy_dir, "policy", max_retries=1).score([prompt + " x"], ["a"])
     httpx.post(reference_server.rsplit("/v1", 1)[0] + "/control", json={"fail_next": 0}).raise_for_status()
+
+
+@pytest.mark.slow
+def test_a_run_collects_through_the_server_and_records_it(reference_server, planted_policy_dir,
+                                                                            tmp_path):
+    import json
+
+    import pyarrow.parquet as pq
+    from helpers import make_run
+
+    from creditaudit.protocol.lock import require_frozen
+    from creditaudit.replay.collect import TRAJECTORIES, load_run_policy
+    from creditaudit.replay.policies.server import ServerPolicy
+
+    policy = {"source": "openai", "path": "policy", "model_files": {}, "tokenizer_files": {},
+              "chat_template_sha256": None, "history_length": 0, "max_action_tokens": 6, "decoding": "admissible", "server": {"endpoint": reference_server, "model": "policy", "batch_size": 8}}
+    run, _ = make_run(tmp_path, planted_policy_dir, sections={"policy": policy})
+    record = json.loads((run / "policy_server.json").read_text())
+    assert record["logprob_mode"] == "echo" and record["served"]["id"] == "policy" and not record["bit_reproducible"]
+    assert "api_key" not in json.dumps(record)
+    table = pq.read_table(run / TRAJECTORIES).to_pandas()
+    assert len(table) > 0
+    assert list(run.joinpath("policy_cache").rglob("*.json"))
+    # the frozen protocol pins the server section, and loading the run's policy gives the server backend
+    frozen = require_frozen(run / "protocol.yaml")
+    assert frozen.protocol.policy.server.model == "policy"
+    again = load_run_policy(frozen)
+    assert isinstance(again, ServerPolicy) and again.served == record["served"]
