@@ -284,5 +284,7 @@ def test_a_run_collects_through_the_server_and_records_it(reference_server, plan
     # the frozen protocol pins the server section, and loading the run's policy gives the server backend
     frozen = require_frozen(run / "protocol.yaml")
     assert frozen.protocol.policy.server.model == "policy"
+    lock = json.loads((run / "protocol.lock.json").read_text())
+    assert lock["protocol"]["policy"]["server"]["bit_reproducible"] is False  # the lock says so
     again = load_run_policy(frozen)
     assert isinstance(again, ServerPolicy) and again.served == record["served"]
