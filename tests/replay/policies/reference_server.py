@@ -10,6 +10,7 @@ prompt (a computation independent of the in-process backend's padded batches):
   ``{token_id: {"logprob", "rank", "decoded_token"}}``, the first ``null``); ``max_tokens: 0`` refused;
 * model ``policy-broken``: like ``policy`` with one positive log-prob (a malformed answer).
 
+A key other than ``right-key`` (or none, sent as ``EMPTY``) is refused with 401.
 ``POST /control {"fail_next": n}`` makes the next n completions answer 429 with ``Retry-After: 1``.
 """
 
@@ -29,6 +30,14 @@ def build(directory: str):
     model = transformers.AutoModelForCausalLM.from_pretrained(directory, local_files_only=True).eval()
     app = FastAPI()
     state = {"fail_next": 0}
+
+    @app.middleware("http")
+    async def key(request: Request, call_next):
+        # no key configured ("EMPTY") or the right one; any other key is refused
+        if request.url.path.startswith("/v1") and request.headers.get("authorization") not in (
+                "Bearer EMPTY", "Bearer right-key"):
+            return JSONResponse({"error": {"message": "invalid API key"}}, status_code=401)
+        return await call_next(request)
 
     @app.get("/health")
     def health():

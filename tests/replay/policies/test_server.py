@@ -258,6 +258,10 @@ def test_retry_after_is_honoured_and_malformed_logprobs_name_the_request(referen
         httpx.post(reference_server.rsplit("/v1", 1)[0] + "/control", json={"fail_next": 5}).raise_for_status()
         _server_policy(reference_server, planted_policy_dir, "policy", max_retries=1).score([prompt + " x"], ["a"])
     httpx.post(reference_server.rsplit("/v1", 1)[0] + "/control", json={"fail_next": 0}).raise_for_status()
+    # a wrong key: exit 2 naming the variable to fix; the right one is taken
+    with pytest.raises(InputError, match=r"refused the API key from the environment variable POLICY_KEY .*401"):
+        _server_policy(reference_server, planted_policy_dir, "policy", api_key="wrong", api_key_env="POLICY_KEY")
+    assert _server_policy(reference_server, planted_policy_dir, "policy", api_key="right-key").served["id"] == "policy"
 
 
 @pytest.mark.slow
@@ -288,3 +292,27 @@ def test_a_run_collects_through_the_server_and_records_it(reference_server, plan
     assert lock["protocol"]["policy"]["server"]["bit_reproducible"] is False  # the lock says so
     again = load_run_policy(frozen)
     assert isinstance(again, ServerPolicy) and again.served == record["served"]
+
+
+@pytest.mark.slow
+def test_collect_with_the_server_down_exits_2_saying_what_to_do(planted_policy_dir, tmp_path, capsys, monkeypatch):
+    from helpers import make_run
+
+    from creditaudit.cli import main
+
+    policy = {"source": "openai", "path": "policy", "model_files": {}, "tokenizer_files": {},
+              "chat_template_sha256": None, "history_length": 0, "max_action_tokens": 6, "decoding": "admissible",
+              "server": {"endpoint": f"http://127.0.0.1:{_free_port()}/v1", "model": "policy", "max_retries": 0}}
+    run, _ = make_run(tmp_path, planted_policy_dir, sections={"policy": policy}, collect_now=False)
+    with pytest.raises(SystemExit) as info:
+        main(["collect", "--run", str(run), "--quiet"])
+    assert info.value.code == 2
+    assert "start the server" in capsys.readouterr().err
+    # a key variable that is not set: exit 2 too
+    policy["server"].update(api_key_env="CREDITAUDIT_NO_SUCH_KEY")
+    monkeypatch.delenv("CREDITAUDIT_NO_SUCH_KEY", raising=False)
+    run2, _ = make_run(tmp_path / "keyed", planted_policy_dir, sections={"policy": policy}, collect_now=False)
+    with pytest.raises(SystemExit) as info:
+        main(["collect", "--run", str(run2), "--quiet"])
+    assert info.value.code == 2
+    assert "export CREDITAUDIT_NO_SUCH_KEY" in capsys.readouterr().err
