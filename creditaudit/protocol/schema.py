@@ -292,9 +292,10 @@ class PolicyServer(_Model):
     """Name of the environment variable holding the API key (the key itself is never recorded);
     null for a server without authentication."""
     served: dict[str, Any] = Field(default_factory=dict)
-    """What ``GET /v1/models`` reports for :attr:`model` (id, root, owned_by, max_model_len ...),
-    filled by ``ServerPolicy.served_model_pin``; when set, a server reporting anything else is
-    refused."""
+    """What ``GET /v1/models`` reports for :attr:`model` (its ``id``, ``object``, ``owned_by``,
+    ``root``, ``parent``, ``max_model_len`` where given: vLLM's ``root`` is the served directory or
+    hub revision); copy it from a run's ``policy_server.json`` (``served``) before freezing. When
+    set, a server reporting anything else is refused; empty pins the name only."""
     max_concurrency: int = Field(4, ge=1, le=1024)
     """Requests in flight at once."""
     batch_size: int = Field(16, ge=1, le=4096)

@@ -27,6 +27,7 @@ def build(directory: str):
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse
 
+    torch.set_num_threads(1)  # one request at a time on the event loop; leave the other cores to the client
     model = transformers.AutoModelForCausalLM.from_pretrained(directory, local_files_only=True).eval()
     app = FastAPI()
     state = {"fail_next": 0}
@@ -75,7 +76,7 @@ def build(directory: str):
             with torch.inference_mode():
                 logits = model(input_ids=torch.tensor([ids])).logits[0].float()
             logp = torch.log_softmax(logits, dim=-1)
-            values = [None] + [float(logp[j - 1, ids[j]]) for j in range(1, len(ids))]
+            values = [None] + logp[:-1].gather(-1, torch.tensor(ids[1:])[:, None])[:, 0].double().tolist()
             if name == "policy-broken":
                 values[-1] = 0.5
             choice = {"index": index, "text": "", "finish_reason": "length"}
