@@ -281,14 +281,18 @@ class PolicyServer(_Model):
     arithmetic is not bit-reproducible across batch shapes: numbers agree with the in-process
     backend to float rounding, not bit for bit (:attr:`bit_reproducible`, recorded in the lock).
     The ledger regenerates its numbers from the stored artifacts and never re-runs the policy.
+
+    The protocol id holds what the server computes (``model``, ``served``), not where or how
+    requests reach it: the endpoint, key variable, concurrency, batching, retries and timeout are
+    recorded in the lock but a run can move to another host without changing its id (or seeds).
     """
 
-    endpoint: str = Field(pattern=r"^https?://\S+$", max_length=2048)
+    endpoint: Annotated[str, NON_IDENTITY] = Field(pattern=r"^https?://\S+$", max_length=2048)
     """Base URL of the OpenAI-compatible API, e.g. ``http://127.0.0.1:8000/v1``."""
     model: str = Field(min_length=1, max_length=512)
     """The served model's name, as ``GET /v1/models`` lists it (refused when the server lists
     another)."""
-    api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    api_key_env: Annotated[str | None, NON_IDENTITY] = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     """Name of the environment variable holding the API key (the key itself is never recorded);
     null for a server without authentication."""
     served: dict[str, Any] = Field(default_factory=dict)
@@ -296,14 +300,14 @@ class PolicyServer(_Model):
     ``root``, ``parent``, ``max_model_len`` where given: vLLM's ``root`` is the served directory or
     hub revision); copy it from a run's ``policy_server.json`` (``served``) before freezing. When
     set, a server reporting anything else is refused; empty pins the name only."""
-    max_concurrency: int = Field(4, ge=1, le=1024)
+    max_concurrency: Annotated[int, NON_IDENTITY] = Field(4, ge=1, le=1024)
     """Requests in flight at once."""
-    batch_size: int = Field(16, ge=1, le=4096)
+    batch_size: Annotated[int, NON_IDENTITY] = Field(16, ge=1, le=4096)
     """Rows per request (servers that take a list of token-id prompts; others get one per request)."""
-    max_retries: int = Field(5, ge=0, le=100)
+    max_retries: Annotated[int, NON_IDENTITY] = Field(5, ge=0, le=100)
     """Retries of a failed request (connection errors, 408/409/429/5xx), with exponential backoff
     that honours ``Retry-After``."""
-    timeout_s: float = Field(120.0, gt=0.0, le=3600.0)
+    timeout_s: Annotated[float, NON_IDENTITY] = Field(120.0, gt=0.0, le=3600.0)
     """Seconds before one request is abandoned (then retried)."""
     bit_reproducible: Literal[False] = False
     """Always false: a server backend is not bit-reproducible across batch shapes."""

@@ -144,6 +144,13 @@ def test_protocol_requires_a_server_section_for_openai():
         PolicySection(source="openai")
     section = PolicySection(source="openai", server={"endpoint": "http://h:1/v1", "model": "m"})
     assert section.server.bit_reproducible is False
+    # where the server is and how it is reached does not enter the protocol id; what it serves does
+    from creditaudit.protocol.schema import identity_dict
+
+    moved = PolicySection(source="openai", server={"endpoint": "http://other:2/v1", "model": "m", "batch_size": 3})
+    assert identity_dict(moved) == identity_dict(section)
+    assert identity_dict(PolicySection(source="openai", server={"endpoint": "http://h:1/v1", "model": "m2"})) \
+        != identity_dict(section)
     with pytest.raises(ValidationError, match="set source: openai"):
         PolicySection(source="local", server={"endpoint": "http://h:1/v1", "model": "m"})
 
