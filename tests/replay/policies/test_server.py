@@ -285,7 +285,7 @@ def test_a_run_collects_through_the_server_and_records_it(reference_server, plan
 
     policy = {"source": "openai", "path": "policy", "model_files": {}, "tokenizer_files": {},
               "chat_template_sha256": None, "history_length": 0, "max_action_tokens": 6, "decoding": "admissible", "server": {"endpoint": reference_server, "model": "policy", "batch_size": 8}}
-    run, _ = make_run(tmp_path, planted_policy_dir, sections={"policy": policy})
+    run, signer = make_run(tmp_path, planted_policy_dir, sections={"policy": policy})
     record = json.loads((run / "policy_server.json").read_text())
     assert record["logprob_mode"] == "echo" and record["served"]["id"] == "policy" and not record["bit_reproducible"]
     assert "api_key" not in json.dumps(record)
@@ -299,6 +299,13 @@ def test_a_run_collects_through_the_server_and_records_it(reference_server, plan
     assert lock["protocol"]["policy"]["server"]["bit_reproducible"] is False  # the lock says so
     again = load_run_policy(frozen)
     assert isinstance(again, ServerPolicy) and again.served == record["served"]
+    # replay (alternatives drawn and scored) and the policy-reading signals run through it too
+    from creditaudit.replay.stage import run_replay
+    from creditaudit.signals.stage import run_signals
+
+    summary = run_replay(run / "protocol.yaml", signer, executor="inline")
+    assert summary.n_rollouts > 0 and summary.divergences == 0
+    run_signals(run / "protocol.yaml", signer)
 
 
 @pytest.mark.slow
