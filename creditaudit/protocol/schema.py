@@ -37,6 +37,7 @@ __all__ = [
     "GeneratorSettings",
     "GameFile",
     "PolicySection",
+    "PolicyServer",
     "PolicyBuild",
     "CollectionSection",
     "ReplaySection",
@@ -271,14 +272,58 @@ class PolicyBuild(_Model):
     reproducible; choose float32 on one without."""
 
 
+class PolicyServer(_Model):
+    """An OpenAI-compatible inference server that serves the policy (``policy.source: openai``).
+
+    The server computes what the in-process backend computes (token log-probabilities of given
+    actions, seeded draws); the tokenizer and chat template still come from ``policy.path``, whose
+    files are pinned as for ``local``. A server batches requests as it likes, and batched GPU
+    arithmetic is not bit-reproducible across batch shapes: numbers agree with the in-process
+    backend to float rounding, not bit for bit (:attr:`bit_reproducible`, recorded in the lock).
+    The ledger regenerates its numbers from the stored artifacts and never re-runs the policy.
+
+    The protocol id holds what the server computes (``model``, ``served``), not where or how
+    requests reach it: the endpoint, key variable, concurrency, batching, retries and timeout are
+    recorded in the lock but a run can move to another host without changing its id (or seeds).
+    """
+
+    endpoint: Annotated[str, NON_IDENTITY] = Field(pattern=r"^https?://\S+$", max_length=2048)
+    """Base URL of the OpenAI-compatible API, e.g. ``http://127.0.0.1:8000/v1``."""
+    model: str = Field(min_length=1, max_length=512)
+    """The served model's name, as ``GET /v1/models`` lists it (refused when the server lists
+    another)."""
+    api_key_env: Annotated[str | None, NON_IDENTITY] = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    """Name of the environment variable holding the API key (the key itself is never recorded);
+    null for a server without authentication."""
+    served: dict[str, Any] = Field(default_factory=dict)
+    """What ``GET /v1/models`` reports for :attr:`model` (its ``id``, ``object``, ``owned_by``,
+    ``root``, ``parent``, ``max_model_len`` where given: vLLM's ``root`` is the served directory or
+    hub revision); copy it from a run's ``policy_server.json`` (``served``) before freezing. When
+    set, a server reporting anything else is refused; empty pins the name only."""
+    max_concurrency: Annotated[int, NON_IDENTITY] = Field(4, ge=1, le=1024)
+    """Requests in flight at once."""
+    batch_size: Annotated[int, NON_IDENTITY] = Field(16, ge=1, le=4096)
+    """Rows per request (servers that take a list of token-id prompts; others get one per request)."""
+    max_retries: Annotated[int, NON_IDENTITY] = Field(5, ge=0, le=100)
+    """Retries of a failed request (connection errors, 408/409/429/5xx), with exponential backoff
+    that honours ``Retry-After``."""
+    timeout_s: Annotated[float, NON_IDENTITY] = Field(120.0, gt=0.0, le=3600.0)
+    """Seconds before one request is abandoned (then retried)."""
+    bit_reproducible: Literal[False] = False
+    """Always false: a server backend is not bit-reproducible across batch shapes."""
+
+
 class PolicySection(_Model):
     """The policy under audit. Its files are inputs: their hashes are pinned before freezing."""
 
-    source: Literal["builtin", "local"] = "builtin"
+    source: Literal["builtin", "local", "openai"] = "builtin"
     """``builtin``: the embedded default policy built by ``creditaudit policy build``; ``local``: any
-    causal LM directory ``from_pretrained`` loads (Qwen2.5, Llama 3.1 ...)."""
+    causal LM directory ``from_pretrained`` loads (Qwen2.5, Llama 3.1 ...); ``openai``: the model in
+    ``path`` served by an OpenAI-compatible server (:class:`PolicyServer`, section ``server``)."""
     path: str = "policy"
     """Model directory, relative to the protocol file's directory unless absolute."""
+    server: Annotated[PolicyServer | None, ADDED_LATER] = None
+    """The inference server (``source: openai`` only)."""
     model_files: dict[str, Sha256] = Field(default_factory=dict)
     """SHA-256 of every model file (config and weights), by file name; filled by ``protocol init
     --policy DIR``. Freezing refuses an empty map."""
@@ -305,6 +350,14 @@ class PolicySection(_Model):
     task's object is in view takes whatever is there); ``free``: the policy generates the action
     text (inadmissible text gets the engine's "Nothing happens."; the papers' setting for
     Qwen-7B-class policies)."""
+
+    @model_validator(mode="after")
+    def _server_iff_openai(self) -> PolicySection:
+        if self.source == "openai" and self.server is None:
+            raise ValueError("policy.source is 'openai': set policy.server (endpoint, model)")
+        if self.source != "openai" and self.server is not None:
+            raise ValueError(f"policy.server is set but policy.source is {self.source!r}: set source: openai")
+        return self
 
 
 # --------------------------------------------------------------------------- collection, replay

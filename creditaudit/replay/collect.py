@@ -88,11 +88,22 @@ def check_run_policy(frozen: FrozenProtocol) -> Path:
 
 
 def load_run_policy(frozen: FrozenProtocol, **kwargs: Any):
-    """Load the protocol's policy, refusing files whose hashes differ from the pinned ones."""
+    """Load the protocol's policy, refusing files whose hashes differ from the pinned ones
+    (``policy.source: openai``: the served model, :func:`~creditaudit.replay.policies.server.load_server_policy`)."""
     from creditaudit.replay.policies.hf import load_policy
 
     directory = check_run_policy(frozen)
     section = frozen.protocol.policy
+    if section.source == "openai":
+        from creditaudit.replay.policies.server import load_server_policy
+
+        # the served model: tokenizer from the pinned directory, responses cached in the run
+        # directory so that a resumed stage sends no request twice
+        return load_server_policy(
+            directory, section.server, cache_dir=frozen.run_dir / "policy_cache", record_dir=frozen.run_dir,
+            history_length=section.history_length, max_action_tokens=section.max_action_tokens,
+            decoding=section.decoding,
+        )
     return load_policy(
         directory,
         dtype=section.dtype,
