@@ -1,0 +1,74 @@
+"""The embedded default policy shipped in the package: what it is, how it is installed, and that
+the default seed's build reproduces it byte for byte."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from creditaudit.cli import main
+from creditaudit.replay.policies.default.shipped import SHIPPED_POLICY_DIR, shipped_build, shipped_record
+
+WEIGHT_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
+
+
+def _cli(args, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    out = capsys.readouterr()
+    return exc.value.code, out.out, out.err
+
+
+def test_the_shipped_policy_is_the_default_build_and_wins_about_half_its_held_out_games():
+    from creditaudit.protocol.schema import PolicyBuild
+
+    record = shipped_record()
+    assert shipped_build() == PolicyBuild().model_dump(mode="json")  # the protocol's default build section
+    evaluation = record["evaluation"]
+    assert evaluation["horizon"] == 50 and evaluation["episodes"] == 24
+    assert 0.25 <= evaluation["success_rate"] <= 0.75  # the band the recipe is tuned to (README)
+    assert evaluation["admissible_rate"] == 1.0
+    size = sum(p.stat().st_size for p in SHIPPED_POLICY_DIR.iterdir())
+    assert size < 8 * 2**20  # a few megabytes
+
+
+def test_policy_build_shipped_installs_the_same_bytes_and_refuses_another_recipe(tmp_path, capsys):
+    from creditaudit.protocol.io import default_template_text
+
+    protocol = tmp_path / "protocol.yaml"
+    protocol.write_text(default_template_text())
+    code, out, err = _cli(["policy", "build", "--shipped", "--protocol", str(protocol), "--out",
+                           str(tmp_path / "policy")], capsys)
+    assert code == 0, out + err
+    for name in WEIGHT_FILES:
+        assert (tmp_path / "policy" / name).read_bytes() == (SHIPPED_POLICY_DIR / name).read_bytes()
+    assert "success_rate" in out
+
+    data = yaml.safe_load(default_template_text())
+    data["policy"]["build"]["hidden_size"] = 64
+    other = tmp_path / "other.yaml"
+    other.write_text(yaml.safe_dump(data))
+    code, _, err = _cli(["policy", "build", "--shipped", "--protocol", str(other), "--out", str(tmp_path / "p2")],
+                        capsys)
+    assert code == 2 and "field `build`" in err and "'hidden_size': 64" in err
+    assert not (tmp_path / "p2").exists()
+
+
+@pytest.mark.slow
+def test_the_default_seed_rebuilds_the_shipped_files_byte_for_byte(tmp_path):
+    """``creditaudit policy build`` from the default build section reproduces the shipped weights and
+    tokenizer exactly (about five minutes on two cores)."""
+    pytest.importorskip("textworld")
+    from creditaudit.protocol.schema import PolicyBuild
+    from creditaudit.replay.policies.default import BUILD_RECORD, build_default_policy
+
+    out = tmp_path / "policy"
+    build_default_policy(out, PolicyBuild(), games_dir=tmp_path / "games", evaluate=False)
+    for name in WEIGHT_FILES:
+        assert (out / name).read_bytes() == (SHIPPED_POLICY_DIR / name).read_bytes(), name
+    rebuilt = json.loads((out / BUILD_RECORD).read_text())
+    shipped = shipped_record()
+    for key in ("build", "vocab_size", "parameters", "train_games", "demonstrations", "training"):
+        assert rebuilt[key] == shipped[key], key
