@@ -101,7 +101,7 @@ def make_run(root: Path, policy_dir: Path, *, signals=None, controls=None, n_tas
     run.mkdir(parents=True)
     shutil.copytree(policy_dir, run / "policy")
     data = yaml.safe_load(default_template_text())
-    data["environment"] = {"name": "planted", "source": "generated", "horizon": 8, "params": {"n_steps": 4}}
+    data["environment"] = {"name": "planted", "source": "generated", "horizon": 8, "args": {"n_steps": 4}}
     data["collection"] = {"n_tasks": n_tasks, "group_size": group, "determinism_instances": 2}
     data["policy"].update(source="local", history_length=0, max_action_tokens=6)
     data["signals"] = signals if signals is not None else SIGNALS

@@ -16,7 +16,9 @@ For trajectory ``tau`` and turn ``t`` (state ``s_t``, factual action ``a_t``), S
 A work unit is one trajectory. It runs in one environment instance: one reset, the factual
 prefix replayed once with every state checked against the recorded signature and observation
 (divergences counted), states snapshotted, and every rollout started by restoring the turn's
-snapshot and checking its signature again. All rollouts of all turns advance in lockstep with one
+snapshot and checking its signature again (an environment without native snapshots is restored by
+prefix replay, :mod:`creditaudit.replay.envs.prefix`, which checks every replayed observation and
+counts a mismatch as a divergence). All rollouts of all turns advance in lockstep with one
 batched policy call per round; transitions are cached by ``(state signature, action)``, so a
 transition already executed in the unit is never executed again. Each unit writes its two tables
 atomically; a unit whose files exist is skipped on resume.
@@ -293,6 +295,9 @@ def replay_trajectory(
     observations = [str(o) for o in trajectory["observation"]]
     logprobs = list(trajectory["mean_logprob"])
     counters = {"engine_steps": 0, "cache_hits": 0, "divergences": 0, "restore_checks": 0, "rollouts": 0}
+    # an environment restored by prefix replay checks every replayed observation; its mismatches
+    # are divergences of this unit too (the rollout's restore also reads as failed)
+    restore_divergences = int(getattr(env, "divergences", 0))
 
     # 1. the factual prefix, replayed once and checked at every state
     obs = env.reset(task)
@@ -398,6 +403,7 @@ def replay_trajectory(
             for key, value in values.items():
                 roll_rows[key].append(value)
     counters["restore_failures"] = roll_rows["restore_ok"].count(False)
+    counters["divergences"] += int(getattr(env, "divergences", 0)) - restore_divergences
     return UnitResult(
         turns=pa.Table.from_pydict(turn_rows, schema=TURN_TABLE_SCHEMA),
         rollouts=pa.Table.from_pydict(roll_rows, schema=ROLLOUT_TABLE_SCHEMA),

@@ -227,7 +227,7 @@ def test_family_compute_replays_a_run_directory_and_checks_signatures(games, eng
         {"task_id": game.task_id, "task_type": game.task_type, "path": str(game.path.relative_to(run)),
          "params": {}}]}))
     protocol = types.SimpleNamespace(environment=types.SimpleNamespace(
-        name="alfworld", source="generated", horizon=50, params={}, data_dir=None))
+        name="alfworld", source="generated", horizon=50, args={}, data_dir=None))
     context = SignalContext(pid, protocol, run, trajs, lambda: None)
     out = VictFamily(name="vict").compute(context)
     assert len(out.credit) == sum(len(t) for t in trajs)

@@ -487,14 +487,17 @@ def make_proposer(name: str) -> SegmentProposer:
 
 def replay_inputs(run_dir: Path, protocol: Any) -> list[Path]:
     """Files a replaying family reads besides the trajectories and the policy: the task list and
-    (generated ALFWorld) its game files -- the signals stage hashes them into its link record."""
+    (generated game files) those files -- the signals stage hashes them into its link record."""
     import json
 
     from creditaudit.replay.tasks import TASKS_FILE
 
     path = run_dir / TASKS_FILE
     out = [path]
-    if protocol.environment.name != "planted" and protocol.environment.source == "generated" and path.is_file():
+    from creditaudit.replay.tasks import environment_plugin
+
+    own_tasks = environment_plugin(protocol).capabilities.generates_tasks
+    if not own_tasks and protocol.environment.source == "generated" and path.is_file():
         try:
             tasks = json.loads(path.read_text("utf-8"))["tasks"]
         except (OSError, ValueError, KeyError, TypeError) as exc:
