@@ -90,7 +90,8 @@ def check_run_policy(frozen: FrozenProtocol) -> Path:
 
 
 def load_run_policy(frozen: FrozenProtocol, **kwargs: Any):
-    """Load the protocol's policy, refusing files whose hashes differ from the pinned ones."""
+    """Load the protocol's policy, refusing files whose hashes differ from the pinned ones; its
+    prompts carry the protocol's environment's instruction."""
     from creditaudit.replay.policies.hf import load_policy
 
     directory = check_run_policy(frozen)
@@ -101,6 +102,7 @@ def load_run_policy(frozen: FrozenProtocol, **kwargs: Any):
         history_length=section.history_length,
         max_action_tokens=section.max_action_tokens,
         decoding=section.decoding,
+        instruction=environment_plugin(frozen.protocol).prompt.instruction,
         **kwargs,
     )
 

@@ -218,3 +218,38 @@ def test_environment_args_are_bound_and_params_is_refused():
     protocol = protocol_from_dict(data)
     assert protocol.environment.args["n_steps"] == 4 and protocol.environment.args["slip"] == 0.0
     assert ("environment", "planted") in protocol.plugins_used()
+
+
+# Template hashes of every prompt ALFWorld runs carried before the environment supplied its words;
+# the alfworld plugin's text must keep them (runs and their recorded prompt hashes stay valid).
+ALFWORLD_PROMPT_HASHES = {
+    "policy": "d3799dcce1bb9cedc43623c308b129ab5c55c7663164857577b9d09b333fdd5f",
+    "judge_local": "7fc8193b72c62b11c97c798f1b43c4bfad78c1a0ed0762af15cffb31ca611fb4",
+    "judge_http": "480a4a6ac132918883e5f4e2dc61644d3d7cd23764eb6edf1037b7cbe21f00b5",
+    "prover": "685ebd5ea9069558fe7e691ce5bbf6e6a21972cf7d11575736a134819bb304a3",
+}
+
+
+def test_prompt_text_comes_from_the_environment():
+    from creditaudit import plugins
+    from creditaudit.replay.policies import PromptBuilder
+    from creditaudit.signals.families import judge, prover
+
+    alfworld = plugins.get("environment", "alfworld").create({}, horizon=5).prompt
+    planted = plugins.get("environment", "planted").create({}, horizon=5).prompt
+    hashes = {
+        "policy": PromptBuilder(None, history_length=2, instruction=alfworld.instruction).template_hash,
+        "judge_local": judge._template_hash("local", alfworld.setting),
+        "judge_http": judge._template_hash("http", alfworld.setting),
+        "prover": prover._judge_template_hash(alfworld.setting),
+    }
+    assert hashes == ALFWORLD_PROMPT_HASHES
+    assert alfworld.instruction == ("You are an agent in a household text game. Reply with exactly one admissible "
+                                    "action.")
+    text = PromptBuilder(None, instruction=planted.instruction).build("g", "o", ["open the red door"])
+    assert text.startswith("You are an agent in a maze of doors.") and "household" not in text
+    assert "maze of doors" in judge.judge_instruction(planted.setting)
+    # nothing about ALFWorld is written into the policy's or the judges' prompt code
+    for module in ("creditaudit/replay/policies/prompts.py", "creditaudit/signals/families/judge.py",
+                   "creditaudit/signals/families/prover.py"):
+        assert "household" not in (ROOT / module).read_text(), module
