@@ -118,9 +118,14 @@ class ReplaySettings:
     max_action_tokens: int | None = None
     draw_batch: int = 16
     turns_per_trajectory: int | None = None
+    admissible_only: bool = True
+    """Alternatives must be admissible commands; False for an environment that lists none (its
+    capability ``admissible``), where every distinct drawn action is an alternative."""
 
     @classmethod
     def from_protocol(cls, protocol: Any) -> "ReplaySettings":
+        from creditaudit.replay.tasks import environment_plugin
+
         r = protocol.replay
         return cls(
             n_fact=r.n_fact,
@@ -133,6 +138,7 @@ class ReplaySettings:
             rollout_temperature=protocol.policy.temperature,
             max_action_tokens=protocol.policy.max_action_tokens,
             turns_per_trajectory=r.turns_per_trajectory,
+            admissible_only=environment_plugin(protocol).capabilities.admissible,
         )
 
 
@@ -190,7 +196,7 @@ def _draw_alternatives(plans: list[_TurnPlan], *, policy: Any, builder: PromptBu
     """Find K distinct admissible alternatives per turn, in draw order (batched across turns)."""
     pending = [p for p in plans if p.status == "complete"]
     for plan in pending:
-        if len([a for a in plan.admissible if a != plan.action]) < settings.n_alternatives:
+        if settings.admissible_only and len([a for a in plan.admissible if a != plan.action]) < settings.n_alternatives:
             plan.status = "no_counterfactual"  # fewer admissible alternatives than K exist
             plan.draws = 0
     pending = [p for p in pending if p.status == "complete"]
@@ -212,7 +218,8 @@ def _draw_alternatives(plans: list[_TurnPlan], *, policy: Any, builder: PromptBu
                 continue  # draws past the K-th are discarded, so batching never changes the result
             text = sample.text
             plan.draws = j + 1
-            if text != plan.action and text in plan.admissible and text not in plan.alternatives:
+            valid = text in plan.admissible if settings.admissible_only else bool(text.strip())
+            if text != plan.action and valid and text not in plan.alternatives:
                 plan.alternatives.append(text)
         still = []
         for plan in pending:

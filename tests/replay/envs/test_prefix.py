@@ -122,3 +122,54 @@ def test_horizon_is_enforced_and_episode_over():
         env.step("shout")
     with pytest.raises(SnapshotError, match="not a PrefixSnapshot"):
         env.restore(object())
+
+
+class _Unlisted(_NoSnapshots):
+    """The planted environment listing no admissible commands (capability ``admissible`` false)."""
+
+    def reset(self, task):
+        obs = self.inner.reset(task)
+        return type(obs)(obs.goal, obs.text, ())
+
+    def step(self, action):
+        r = self.inner.step(action)
+        return StepResult(r.text, (), r.done, r.won, r.truncated)
+
+
+class _AnyDoor:
+    """Draws any of twelve doors (the environment lists none), one seeded draw per row."""
+
+    from creditaudit.replay.policies import PromptBuilder
+
+    prompt_builder = PromptBuilder(None, history_length=0)
+    doors = [f"open the {c} door" for c in ("red", "blue", "green", "yellow", "white", "black", "orange", "purple",
+                                             "grey", "brown", "pink", "gold")]
+
+    def sample(self, prompts, *, seeds, temperature, max_action_tokens=None):
+        from creditaudit.replay.policies import SampledAction
+
+        return [SampledAction(self.doors[int(np.random.default_rng(s).integers(12))], (), (), "eos", None, int(s))
+                for s in seeds]
+
+
+def test_without_admissible_lists_distinct_draws_are_the_alternatives():
+    import pandas as pd
+
+    from creditaudit.replay.engine import ReplaySettings, replay_trajectory
+
+    env = PrefixReplayEnv(_Unlisted(kinds="PNPN", horizon=12), horizon=12, name="unlisted")
+    task = _task(5, kinds="PNPN")
+    obs = env.reset(task)
+    actions, sigs, seen, text = [], [], [], obs.text
+    for door in ("open the red door", "open the blue door", "open the green door"):
+        sigs.append(env.state_signature()), seen.append(text), actions.append(door)
+        text = env.step(door).text
+    frame = pd.DataFrame({"trajectory_id": "u", "action": actions, "state_signature": sigs, "observation": seen,
+                          "mean_logprob": 0.0})
+    listed = replay_trajectory(env, _AnyDoor(), task=task, trajectory=frame, protocol_id="c" * 64,
+                               settings=ReplaySettings(n_fact=1, n_alt=1)).turns.to_pandas()
+    assert (listed.status == "no_counterfactual").all()  # nothing is admissible when nothing is listed
+    open_ = replay_trajectory(env, _AnyDoor(), task=task, trajectory=frame, protocol_id="c" * 64,
+                              settings=ReplaySettings(n_fact=1, n_alt=1, admissible_only=False)).turns.to_pandas()
+    assert (open_.status == "complete").all() and open_.prefix_ok.all()
+    assert all(len(set(a)) == 4 and actions[t] not in a for t, a in zip(open_.turn, open_.alternatives))
