@@ -237,7 +237,14 @@ class EnvironmentSection(_Model):
         bound = plugin.bind(args, where=f"environment {name!r}: args")
         horizon = data.get("horizon", 50)
         if isinstance(horizon, int) and not isinstance(horizon, bool) and 1 <= horizon <= 1000:
-            plugin.create(bound, horizon=horizon)  # the environment's own cross-argument checks
+            from creditaudit.replay.envs.plugin import EnvironmentPlugin
+
+            made = plugin.create(bound, horizon=horizon)  # the environment's own cross-argument checks
+            if not isinstance(made, EnvironmentPlugin):
+                raise ValueError(
+                    f"environment {name!r}: its factory {plugin.target} ({plugin.distribution}) returned a "
+                    f"{type(made).__name__}, not a creditaudit.replay.envs.EnvironmentPlugin"
+                )
         return {**data, "args": bound}
 
     def plugin(self) -> Any:

@@ -253,3 +253,33 @@ def test_prompt_text_comes_from_the_environment():
     for module in ("creditaudit/replay/policies/prompts.py", "creditaudit/signals/families/judge.py",
                    "creditaudit/signals/families/prover.py"):
         assert "household" not in (ROOT / module).read_text(), module
+
+
+def test_a_factory_must_return_an_environment_plugin_and_take_the_horizon(tmp_path):
+    site = tmp_path / "site"
+    (site / "toy_bad").mkdir(parents=True)
+    (site / "toy_bad" / "__init__.py").write_text(
+        "def no_horizon(size: int = 1):\n    return None\n\ndef not_a_plugin(horizon: int = 5):\n    return 'env'\n")
+    info = site / "toy_bad-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-bad\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(
+        "[creditaudit.environments]\nnohorizon = toy_bad:no_horizon\nnotplugin = toy_bad:not_a_plugin\n")
+    script = textwrap.dedent('''
+        import yaml
+        from creditaudit.errors import InputError
+        from creditaudit.protocol.io import default_template_text, protocol_from_dict
+        for name in ("nohorizon", "notplugin"):
+            data = yaml.safe_load(default_template_text())
+            data["environment"] = {"name": name}
+            try:
+                protocol_from_dict(data)
+            except InputError as exc:
+                print(name, "|", " ".join(str(exc).split()))
+    ''')
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(ROOT)]))
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = dict(line.split(" | ", 1) for line in out.stdout.splitlines())
+    assert "must take the parameter(s) horizon" in lines["nohorizon"]
+    assert "returned a str, not a creditaudit.replay.envs.EnvironmentPlugin" in lines["notplugin"]
