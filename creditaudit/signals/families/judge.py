@@ -57,6 +57,7 @@ __all__ = [
     "JudgeVerdict",
     "judge_prompt",
     "judge_instruction",
+    "environment_setting",
     "GENERIC_SETTING",
     "check_choices",
     "constrained_scores",
@@ -92,6 +93,16 @@ _LOCAL_CUE = "score of turn {turn}:"
 
 def _squash(text: str) -> str:
     return " ".join(str(text).split())
+
+
+def environment_setting(context: Any) -> str:
+    """What the prompts call the task: the ``PromptText.setting`` of the context's protocol's
+    environment (:data:`GENERIC_SETTING` for a context whose protocol names no environment)."""
+    if getattr(getattr(context, "protocol", None), "environment", None) is None:
+        return GENERIC_SETTING
+    from creditaudit.replay.tasks import environment_plugin
+
+    return environment_plugin(context.protocol).prompt.setting
 
 
 def judge_instruction(setting: str = GENERIC_SETTING) -> str:
@@ -493,10 +504,8 @@ class JudgeFamily(FamilyBase):
         self.max_negative = max_negative
 
     def make_judge(self, context: SignalContext) -> Any:
-        from creditaudit.replay.tasks import environment_plugin
-
         overrides = context.overrides.get(self.name, {})
-        setting = environment_plugin(context.protocol).prompt.setting
+        setting = environment_setting(context)
         if self.backend == "local":
             model, judge_id, digest = _local_model(context, self.model)
             judge = LocalJudge(model, judge_id=judge_id, max_negative=self.max_negative, setting=setting)

@@ -108,9 +108,9 @@ _CUE = "pivotal segment of the successful run:"
 
 def _setting(context: Any) -> str:
     """The protocol's environment's ``PromptText.setting`` (what the prompts call the task)."""
-    from creditaudit.replay.tasks import environment_plugin
+    from creditaudit.signals.families.judge import environment_setting
 
-    return environment_plugin(context.protocol).prompt.setting
+    return environment_setting(context)
 
 
 def _squash(text: str) -> str:
