@@ -25,7 +25,8 @@ from creditaudit.protocol.signing import Signer
 from creditaudit.replay.envs.base import Environment, Task
 from creditaudit.replay.envs.plugin import EnvironmentPlugin
 
-__all__ = ["TASKS_FILE", "GAMES_DIR", "TaskEntry", "environment_plugin", "make_environment", "prepare_tasks", "read_tasks", "task_for"]
+__all__ = ["TASKS_FILE", "GAMES_DIR", "TaskEntry", "environment_plugin", "make_environment", "prepare_tasks",
+           "read_tasks", "task_for"]
 
 TASKS_FILE = "tasks.json"
 GAMES_DIR = "games"

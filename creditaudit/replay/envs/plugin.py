@@ -169,7 +169,8 @@ class EnvironmentPlugin:
             raise TypeError(f"environment {self.name!r}: `capabilities` must be a Capabilities, "
                             f"got {type(self.capabilities).__name__}")
         if not isinstance(self.prompt, PromptText):
-            raise TypeError(f"environment {self.name!r}: `prompt` must be a PromptText, got {type(self.prompt).__name__}")
+            raise TypeError(f"environment {self.name!r}: `prompt` must be a PromptText, "
+                            f"got {type(self.prompt).__name__}")
         if not callable(self.factory):
             raise TypeError(f"environment {self.name!r}: `factory` must be callable")
 
