@@ -97,7 +97,7 @@ def test_robust_normalise_and_calibration():
 def test_planted_environment_abstains_with_a_reason(trajectory_factory, context_factory):
     class _P:
         class environment:
-            name = "planted"
+            name, args, horizon = "planted", {}, 8
 
     trajs = [trajectory_factory(f"t{i}", "k", n_turns=3, outcome=i % 2, rollout=i) for i in range(4)]
     out = VictFamily(name="vict").compute(context_factory(trajs, protocol=_P()))
