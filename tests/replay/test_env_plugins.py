@@ -161,6 +161,8 @@ except CreditAuditError as exc:
     print("COLLECTED", (run / "collect" / "shards").exists() or (run / "collect" / "trajectories.parquet").exists())
 else:
     print("OK", summary.n_trajectories, replay.n_rollouts, replay.divergences, replay.restore_failures)
+    import pyarrow.parquet as pq
+    print("PROMPT", pq.read_table(run / "collect" / "trajectories.parquet").column("prompt")[0].as_py().splitlines()[0])
 '''
 
 
@@ -181,6 +183,9 @@ def test_third_party_environment_from_an_entry_point_collects_and_replays(tmp_pa
     assert ok, stdout
     _, n_traj, n_rollouts, divergences, restore_failures = ok[0].split()
     assert int(n_traj) == 4 and int(n_rollouts) > 0 and int(divergences) == 0 and int(restore_failures) == 0
+    # the policy's prompt carries the environment's own words, not ALFWorld's
+    assert ("PROMPT You are an agent in a room of buttons. Reply with exactly one admissible action. Commands look "
+            "like: press button 3.") in stdout
 
 
 def test_nondeterministic_environment_is_refused_before_collection(tmp_path, toy_distribution, planted_policy_dir):
@@ -246,9 +251,10 @@ def test_prompt_text_comes_from_the_environment():
     assert hashes == ALFWORLD_PROMPT_HASHES
     assert alfworld.instruction == ("You are an agent in a household text game. Reply with exactly one admissible "
                                     "action.")
-    text = PromptBuilder(None, instruction=planted.instruction).build("g", "o", ["open the red door"])
-    assert text.startswith("You are an agent in a maze of doors.") and "household" not in text
-    assert "maze of doors" in judge.judge_instruction(planted.setting)
+    assert planted.instruction == alfworld.instruction  # the words every planted run carried (see PLANTED_PROMPT)
+    text = PromptBuilder(None, instruction="You are an agent in a maze.").build("g", "o", ["open the red door"])
+    assert text.startswith("You are an agent in a maze.\n") and "household" not in text
+    assert judge.judge_instruction("a maze of doors").startswith("You are judging the decisions of an agent in a maze")
     # nothing about ALFWorld is written into the policy's or the judges' prompt code
     for module in ("creditaudit/replay/policies/prompts.py", "creditaudit/signals/families/judge.py",
                    "creditaudit/signals/families/prover.py"):

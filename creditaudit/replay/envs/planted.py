@@ -476,9 +476,11 @@ def _value(seed: int, horizon: int, key: tuple, room: int, score: int, steps: in
     return total / n
 
 
-#: The planted environment's words in prompts (what the task is, what commands look like).
-PLANTED_PROMPT = PromptText(setting="a maze of doors",
-                            commands="Every room has doors; a command opens one: open the <colour> door.")
+#: The planted environment's words in prompts. They are the words every planted run has carried so
+#: far (the ALFWorld framing), kept so that planted runs, the test policy trained on them and every
+#: number pinned from them stay byte-identical; the environment's own framing would be
+#: ``PromptText(setting="a maze of doors", commands="A command opens one door: open the <colour> door.")``.
+PLANTED_PROMPT = PromptText(setting="a household text game")
 
 
 def planted_environment(horizon: int = 30, n_steps: int = 8, n_actions: int = 5, n_good: int = 3, n_trap: int = 1,
