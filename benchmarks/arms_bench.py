@@ -85,7 +85,7 @@ def main() -> None:
     train_planted_policy(run / "policy", hidden_size=hidden, num_layers=layers, num_heads=2 if hidden <= 32 else 4)
     data = yaml.safe_load(default_template_text())
     planted = {**PLANTED, "n_steps": opts.rooms}
-    data["environment"] = {"name": "planted", "source": "generated", "horizon": 2 * opts.rooms, "params": planted}
+    data["environment"] = {"name": "planted", "source": "generated", "horizon": 2 * opts.rooms, "args": planted}
     data["collection"] = {"n_tasks": opts.pool, "group_size": 4, "determinism_instances": 2}
     data["policy"].update(source="local", history_length=0, max_action_tokens=6, decoding="admissible")
     data["signals"] = [{"name": "implicit", "family": "implicit"},

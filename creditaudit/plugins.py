@@ -215,6 +215,13 @@ class Plugin:
         """Build the plugin's object from (already bound or raw) ``args`` and the reserved arguments."""
         bound = self._args_model.model_validate(dict(args or {}))
         values = {name: getattr(bound, name) for name in self._args_model.model_fields}
+        accepted = inspect.signature(self.factory).parameters
+        missing = sorted(set(reserved) - set(accepted))
+        if missing:
+            raise InputError(
+                f"{self.kind} {self.name!r}: its factory {self.target} ({self.distribution}) must take the "
+                f"parameter(s) {', '.join(missing)}, which the toolkit passes itself"
+            )
         return self.factory(**values, **reserved)
 
     def pin(self) -> dict[str, str]:

@@ -28,12 +28,13 @@ def train_planted_policy(directory: Path, *, hidden_size: int = 32, num_layers: 
         train_behaviour_cloning,
         words_from_texts,
     )
-    from creditaudit.replay.envs.planted import PlantedEnv
+    from creditaudit.replay.envs.planted import PLANTED_PROMPT, PlantedEnv
     from creditaudit.replay.policies import PromptBuilder, Turn
 
     rng = np.random.default_rng(7)
     env = PlantedEnv(n_steps=4, horizon=8)
-    builder = PromptBuilder(None, history_length=0)  # short prompts: a fast build
+    # short prompts (a fast build), with the planted environment's own instruction, as collection writes them
+    builder = PromptBuilder(None, history_length=0, instruction=PLANTED_PROMPT.instruction)
     texts, examples = [], []
     for task in env.make_tasks(30, rng=rng):
         obs = env.reset(task)
@@ -52,7 +53,8 @@ def train_planted_policy(directory: Path, *, hidden_size: int = 32, num_layers: 
     from creditaudit.signals.families import judge as judge_module
 
     # the judge's prompt words and its choices "1", "0", "-1", so the same policy can judge
-    texts += ["nothing happens .", "score of turn 0 : -1 0 1", judge_module._INSTRUCTION, judge_module._HTTP_ANSWER,
+    texts += ["nothing happens .", "score of turn 0 : -1 0 1", judge_module.judge_instruction(PLANTED_PROMPT.setting),
+              judge_module._HTTP_ANSWER,
               format_hindsight("x", True), format_hindsight("x", False),
               builder.build("g", "o", ["a"], [("o", "a")], hindsight="h")]
     vocabulary = list(SPECIAL_TOKENS) + sorted(words_from_texts(texts) - set(SPECIAL_TOKENS))
@@ -101,7 +103,7 @@ def make_run(root: Path, policy_dir: Path, *, signals=None, controls=None, n_tas
     run.mkdir(parents=True)
     shutil.copytree(policy_dir, run / "policy")
     data = yaml.safe_load(default_template_text())
-    data["environment"] = {"name": "planted", "source": "generated", "horizon": 8, "params": {"n_steps": 4}}
+    data["environment"] = {"name": "planted", "source": "generated", "horizon": 8, "args": {"n_steps": 4}}
     data["collection"] = {"n_tasks": n_tasks, "group_size": group, "determinism_instances": 2}
     data["policy"].update(source="local", history_length=0, max_action_tokens=6)
     data["signals"] = signals if signals is not None else SIGNALS

@@ -118,7 +118,7 @@ def _protocol(policy_dir: Path, *, n_tasks: int, group: int, penalty: float) -> 
     from creditaudit.protocol.io import default_template_text
 
     data = yaml.safe_load(default_template_text())
-    data["environment"] = {"name": "planted", "source": "generated", "horizon": 8, "params": {"n_steps": 4}}
+    data["environment"] = {"name": "planted", "source": "generated", "horizon": 8, "args": {"n_steps": 4}}
     data["collection"] = {"n_tasks": n_tasks, "group_size": group, "determinism_instances": 2}
     # free decoding: the tiny policy also writes doors that do not exist ("Nothing happens."), so its
     # trajectories revisit texts and the novelty credit is not constant

@@ -132,9 +132,10 @@ class _ReferencePolicy:
     from the prompt the toolkit's own prompt builder wrote (``admissible actions: a | b``)."""
 
     def __init__(self) -> None:
+        from creditaudit.replay.envs.planted import PLANTED_PROMPT
         from creditaudit.replay.policies import PromptBuilder
 
-        self.prompt_builder = PromptBuilder(None, history_length=0)
+        self.prompt_builder = PromptBuilder(None, history_length=0, instruction=PLANTED_PROMPT.instruction)
 
     def sample(self, prompts, *, seeds, temperature, max_action_tokens=None):
         from creditaudit.replay.policies import SampledAction

@@ -111,12 +111,63 @@ def pin_plugins_text(text: str, protocol: Any) -> str:
     return text.rstrip("\n") + "\n\n" + block
 
 
+_GAMES_LINES = {
+    "source": re.compile(r"(?m)^  source:[ \t]*generated[ \t]*(#.*)?$"),
+    "data_dir": re.compile(r"(?m)^  data_dir:[ \t]*null[ \t]*(#.*)?$"),
+    "games": re.compile(r"(?m)^  games:[ \t]*\[\][ \t]*(#.*)?$"),
+}
+
+
+_GAMES_FORM = {"source": "source: generated", "data_dir": "data_dir: null", "games": "games: []"}
+
+
+def pin_games_text(text: str, protocol: Any, games: Path) -> tuple[str, int]:
+    """``text`` with every solvable game file under ``games`` (an ALFWorld data directory or a split
+    of it) pinned: ``source: directory``, ``data_dir`` the directory, and one ``games`` entry (path
+    relative to it, SHA-256, task type) per game of the generator's task types. Returns the text
+    and the number of games."""
+    from creditaudit.replay.envs.alfworld.game_files import load_tasks
+    from creditaudit.replay.tasks import environment_plugin
+
+    caps = environment_plugin(protocol).capabilities
+    if caps.generates_tasks:
+        raise InputError(f"`--games`: the {protocol.environment.name} environment makes its own tasks; only an "
+                         "environment whose tasks are game files (alfworld) pins games")
+    if protocol.environment.games:
+        raise InputError("`--games`: the protocol's `environment.games` is already filled; pinning rewrites only "
+                         "an unpinned protocol")
+    root = Path(os.path.expandvars(str(games))).expanduser()
+    tasks = load_tasks(root, task_types=protocol.environment.generator.task_types)
+    if not tasks:
+        raise InputError(f"`--games {games}`: no solvable game file (game.tw-pddl with traj_data.json) of the "
+                         f"task types {', '.join(protocol.environment.generator.task_types)} under {root}")
+    for key, pattern in _GAMES_LINES.items():
+        if not pattern.search(text):
+            raise InputError(f"`--games`: the protocol's `environment.{key}` line is not the template's "
+                             f"`{_GAMES_FORM[key]}`; pin games into an unedited template")
+    entries = "".join(
+        "    - " + json.dumps({"path": Path(t.source).resolve().relative_to(root.resolve()).as_posix(),
+                               "sha256": t.task_id, "task_type": t.task_type}) + "\n"
+        for t in sorted(tasks, key=lambda t: Path(t.source).as_posix()))
+    text = _GAMES_LINES["source"].sub("  source: directory", text, count=1)
+    # a directory named through an environment variable stays portable; any other is made absolute
+    where = str(games) if str(games).startswith("$") else str(root.resolve())
+    text = _GAMES_LINES["data_dir"].sub(lambda _m: f"  data_dir: {json.dumps(where)}", text, count=1)
+    text = _GAMES_LINES["games"].sub(lambda _m: "  games:                       # written by `creditaudit protocol "
+                                     "pin --games`\n" + entries.rstrip("\n"), text, count=1)
+    return text, len(tasks)
+
+
 @app.command("pin")
 def pin_command(
     path: Path = typer.Argument(..., help="A protocol not yet frozen."),
     policy: Path | None = typer.Option(None, "--policy", help="Policy directory (default: the protocol's policy.path)."),
+    games: Path | None = typer.Option(
+        None, "--games",
+        help="ALFWorld data directory (or a split of it): hash every solvable game file into `environment.games`."),
 ) -> None:
-    """Pin the protocol's inputs before freezing: the policy's files and every plugin it uses."""
+    """Pin the protocol's inputs before freezing: the policy's files, every plugin it uses, and (with
+    ``--games``) the game files of a user's ALFWorld data directory."""
     from creditaudit.protocol.lock import lock_path_for, policy_dir
 
     if lock_path_for(path).exists():
@@ -124,6 +175,9 @@ def pin_command(
     protocol = load_protocol(path)
     text = path.read_text("utf-8")
     said = []
+    if games is not None:
+        text, n_games = pin_games_text(text, protocol, games)
+        said.append(f"{n_games} game file(s) of {games}")
     if not protocol.policy.model_files:
         directory = policy or policy_dir(protocol, path)
         text = pin_policy_text(text, directory)

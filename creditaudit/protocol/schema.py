@@ -195,24 +195,63 @@ class GameFile(_Model):
 class EnvironmentSection(_Model):
     """Which environment, which tasks, how long an episode may run."""
 
-    name: Literal["alfworld", "planted"] = "alfworld"
-    """Registered environment: the real ALFWorld engine, or the planted-effect environment."""
+    name: Name = "alfworld"
+    """The environment plugin (entry-point group ``creditaudit.environments``): a built-in
+    (``alfworld``: the real ALFWorld engine; ``planted``: the planted-effect environment) or a third
+    party's."""
     source: Literal["generated", "directory"] = "generated"
-    """``generated``: games written by the offline generator after the freeze; ``directory``: the
-    user's ALFWorld data directory, with every game pinned in ``games``."""
+    """``generated``: tasks made after the freeze (ALFWorld games by the offline generator, or the
+    environment's own task list); ``directory``: the user's ALFWorld data directory, with every game
+    pinned in ``games`` (only for an environment whose tasks are game files)."""
     data_dir: str | None = None
     """ALFWorld data directory for ``source: directory`` (``$ALFWORLD_DATA`` when null)."""
     generator: GeneratorSettings = Field(default_factory=GeneratorSettings)
-    """Generator settings (used when ``source: generated``)."""
+    """Generator settings (used when ``source: generated`` for an environment whose tasks are game files)."""
     games: list[GameFile] = Field(default_factory=list)
     """Frozen task list of user-supplied games (required when ``source: directory``)."""
     horizon: int = Field(50, ge=1, le=1000)
     """Maximum agent steps per episode; reaching it ends the episode with outcome 0. The default
     is ALFWorld's customary limit, the one the papers train and evaluate under (VICT, GiGPO:
     at most 50 environment steps)."""
-    params: dict[str, Union[int, float, str, bool]] = Field(default_factory=dict)
-    """Extra constructor arguments of the registered environment (e.g. the planted environment's
-    sizes and effects)."""
+    args: dict[str, Any] = Field(default_factory=dict)
+    """The environment's arguments, by its factory's parameter names (validated against the
+    signature, defaults applied, so the frozen protocol holds every constant); ``horizon`` is passed
+    from the field above."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bind_args(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        if "params" in data:
+            raise ValueError(
+                "`params` was renamed `args` (the environment's factory arguments, validated against its "
+                "signature); rename the key"
+            )
+        name = data.get("name", "alfworld")
+        if not isinstance(name, str):
+            return data
+        plugin = _plugin("environment", name)
+        args = data.get("args", {})
+        if not isinstance(args, dict):
+            raise ValueError(f"environment {name!r}: `args` must be a mapping of the environment's arguments")
+        bound = plugin.bind(args, where=f"environment {name!r}: args")
+        horizon = data.get("horizon", 50)
+        if isinstance(horizon, int) and not isinstance(horizon, bool) and 1 <= horizon <= 1000:
+            from creditaudit.replay.envs.plugin import EnvironmentPlugin
+
+            made = plugin.create(bound, horizon=horizon)  # the environment's own cross-argument checks
+            if not isinstance(made, EnvironmentPlugin):
+                raise ValueError(
+                    f"environment {name!r}: its factory {plugin.target} ({plugin.distribution}) returned a "
+                    f"{type(made).__name__}, not a creditaudit.replay.envs.EnvironmentPlugin"
+                )
+        return {**data, "args": bound}
+
+    def plugin(self) -> Any:
+        """The environment plugin bound to these arguments (an
+        :class:`~creditaudit.replay.envs.EnvironmentPlugin`; cheap, no engine started)."""
+        return _plugin("environment", self.name).create(self.args, horizon=self.horizon)
 
     @model_validator(mode="after")
     def _check_source(self) -> "EnvironmentSection":
@@ -220,8 +259,8 @@ class EnvironmentSection(_Model):
             raise ValueError("`games` must list every pinned game file when `source` is 'directory'")
         if self.source == "generated" and self.games:
             raise ValueError("`games` must be empty when `source` is 'generated' (generated games are data)")
-        if self.name == "planted" and self.source != "generated":
-            raise ValueError("the planted environment generates its own tasks: `source` must be 'generated'")
+        if self.plugin().capabilities.generates_tasks and self.source != "generated":
+            raise ValueError(f"the {self.name} environment generates its own tasks: `source` must be 'generated'")
         return self
 
 
@@ -940,8 +979,9 @@ class Protocol(_Model):
 
     def plugins_used(self) -> list[tuple[str, str]]:
         """Every ``(kind, name)`` plugin this protocol uses: its families (and the plugins each
-        family declares it uses, such as ProVer's proposer) and its training arms' rules."""
-        used: list[tuple[str, str]] = []
+        family declares it uses, such as ProVer's proposer), its environment and its training arms'
+        rules."""
+        used: list[tuple[str, str]] = [("environment", self.environment.name)]
         for spec in self.signals:
             used.append(("family", spec.family))
             family = _plugin("family", spec.family).create(spec.args, name=spec.name)

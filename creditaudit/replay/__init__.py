@@ -30,7 +30,15 @@ from creditaudit.replay.engine import (
 )
 from creditaudit.replay.records import TRAJECTORIES, TURN_SCHEMA, Trajectory, TurnRecord, trajectories_from_table
 from creditaudit.replay.stage import REPLAY_DIR, ROLLOUTS, SUMMARY, TURNS, ReplaySummary, read_replay, run_replay
-from creditaudit.replay.tasks import TASKS_FILE, TaskEntry, make_environment, prepare_tasks, read_tasks, task_for
+from creditaudit.replay.tasks import (
+    TASKS_FILE,
+    TaskEntry,
+    environment_plugin,
+    make_environment,
+    prepare_tasks,
+    read_tasks,
+    task_for,
+)
 
 __all__ = [
     # tasks (`creditaudit games`)
@@ -39,6 +47,7 @@ __all__ = [
     "prepare_tasks",
     "read_tasks",
     "task_for",
+    "environment_plugin",
     "make_environment",
     # collection (`creditaudit collect`) and what it records
     "COLLECT_DIR",

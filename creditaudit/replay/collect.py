@@ -5,7 +5,9 @@ Under a frozen protocol only. The tasks are sampled from the task list with the 
 lockstep on one engine instance (:mod:`creditaudit.replay.rollout`); the action of rollout ``g`` at
 turn ``t`` of task ``k`` is sampled with the seed of stream ``collect/rollout/<task id>/<g>/<t>``.
 Before any rollout, one random trajectory is replayed on ``collection.determinism_instances``
-independent engine instances and must hash identically.
+independent engine instances (two episodes each for an environment restored by prefix replay) and
+must hash identically: a nondeterministic environment is refused (exit 1) naming the first step
+where the runs diverge.
 
 Each task's rollouts are one Parquet shard written atomically (``collect/shards/``); an
 interrupted collection resumes at the first missing shard and produces the same bytes as an
@@ -37,7 +39,7 @@ from creditaudit.protocol.seeds import SeedStreams
 from creditaudit.protocol.signing import Signer
 from creditaudit.replay.compute import stored_numerics
 from creditaudit.replay.records import TRAJECTORIES, TURN_SCHEMA
-from creditaudit.replay.tasks import TaskEntry, make_environment, prepare_tasks, task_for
+from creditaudit.replay.tasks import TaskEntry, environment_plugin, make_environment, prepare_tasks, task_for
 
 __all__ = [
     "COLLECT_DIR",
@@ -88,8 +90,9 @@ def check_run_policy(frozen: FrozenProtocol) -> Path:
 
 
 def load_run_policy(frozen: FrozenProtocol, **kwargs: Any):
-    """Load the protocol's policy, refusing files whose hashes differ from the pinned ones
-    (``policy.source: openai``: the served model, :func:`~creditaudit.replay.policies.server.load_server_policy`)."""
+    """Load the protocol's policy, refusing files whose hashes differ from the pinned ones; its
+    prompts carry the protocol's environment's instruction (``policy.source: openai``: the served
+    model, :func:`~creditaudit.replay.policies.server.load_server_policy`)."""
     from creditaudit.replay.policies.hf import load_policy
 
     directory = check_run_policy(frozen)
@@ -102,7 +105,7 @@ def load_run_policy(frozen: FrozenProtocol, **kwargs: Any):
         return load_server_policy(
             directory, section.server, cache_dir=frozen.run_dir / "policy_cache", record_dir=frozen.run_dir,
             history_length=section.history_length, max_action_tokens=section.max_action_tokens,
-            decoding=section.decoding,
+            decoding=section.decoding, instruction=environment_plugin(frozen.protocol).prompt.instruction,
         )
     return load_policy(
         directory,
@@ -110,6 +113,7 @@ def load_run_policy(frozen: FrozenProtocol, **kwargs: Any):
         history_length=section.history_length,
         max_action_tokens=section.max_action_tokens,
         decoding=section.decoding,
+        instruction=environment_plugin(frozen.protocol).prompt.instruction,
         **kwargs,
     )
 
@@ -205,8 +209,10 @@ def _determinism(frozen: FrozenProtocol, task_entry: TaskEntry) -> dict[str, Any
                                  rng=SeedStreams(frozen.id).rng("collect/determinism"))
     finally:
         probe.close()
+    # restoring by prefix replay resets the same instance again: check a second episode on each
+    repeats = 1 if environment_plugin(protocol).capabilities.native_snapshot else 2
     report = check_determinism(lambda: make_environment(protocol), task, actions,
-                               n_instances=protocol.collection.determinism_instances)
+                               n_instances=protocol.collection.determinism_instances, repeats=repeats)
     return {"task_id": report.task_id, "n_instances": report.n_runs, "n_steps": report.n_steps,
             "trace_hash": report.trace_hash}
 

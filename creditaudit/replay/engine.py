@@ -16,7 +16,9 @@ For trajectory ``tau`` and turn ``t`` (state ``s_t``, factual action ``a_t``), S
 A work unit is one trajectory. It runs in one environment instance: one reset, the factual
 prefix replayed once with every state checked against the recorded signature and observation
 (divergences counted), states snapshotted, and every rollout started by restoring the turn's
-snapshot and checking its signature again. All rollouts of all turns advance in lockstep with one
+snapshot and checking its signature again (an environment without native snapshots is restored by
+prefix replay, :mod:`creditaudit.replay.envs.prefix`, which checks every replayed observation and
+counts a mismatch as a divergence). All rollouts of all turns advance in lockstep with one
 batched policy call per round; transitions are cached by ``(state signature, action)``, so a
 transition already executed in the unit is never executed again. Each unit writes its two tables
 atomically; a unit whose files exist is skipped on resume.
@@ -116,9 +118,14 @@ class ReplaySettings:
     max_action_tokens: int | None = None
     draw_batch: int = 16
     turns_per_trajectory: int | None = None
+    admissible_only: bool = True
+    """Alternatives must be admissible commands; False for an environment that lists none (its
+    capability ``admissible``), where every distinct drawn action is an alternative."""
 
     @classmethod
     def from_protocol(cls, protocol: Any) -> "ReplaySettings":
+        from creditaudit.replay.tasks import environment_plugin
+
         r = protocol.replay
         return cls(
             n_fact=r.n_fact,
@@ -131,6 +138,7 @@ class ReplaySettings:
             rollout_temperature=protocol.policy.temperature,
             max_action_tokens=protocol.policy.max_action_tokens,
             turns_per_trajectory=r.turns_per_trajectory,
+            admissible_only=environment_plugin(protocol).capabilities.admissible,
         )
 
 
@@ -188,7 +196,7 @@ def _draw_alternatives(plans: list[_TurnPlan], *, policy: Any, builder: PromptBu
     """Find K distinct admissible alternatives per turn, in draw order (batched across turns)."""
     pending = [p for p in plans if p.status == "complete"]
     for plan in pending:
-        if len([a for a in plan.admissible if a != plan.action]) < settings.n_alternatives:
+        if settings.admissible_only and len([a for a in plan.admissible if a != plan.action]) < settings.n_alternatives:
             plan.status = "no_counterfactual"  # fewer admissible alternatives than K exist
             plan.draws = 0
     pending = [p for p in pending if p.status == "complete"]
@@ -210,7 +218,8 @@ def _draw_alternatives(plans: list[_TurnPlan], *, policy: Any, builder: PromptBu
                 continue  # draws past the K-th are discarded, so batching never changes the result
             text = sample.text
             plan.draws = j + 1
-            if text != plan.action and text in plan.admissible and text not in plan.alternatives:
+            valid = text in plan.admissible if settings.admissible_only else bool(text.strip())
+            if text != plan.action and valid and text not in plan.alternatives:
                 plan.alternatives.append(text)
         still = []
         for plan in pending:
@@ -293,6 +302,9 @@ def replay_trajectory(
     observations = [str(o) for o in trajectory["observation"]]
     logprobs = list(trajectory["mean_logprob"])
     counters = {"engine_steps": 0, "cache_hits": 0, "divergences": 0, "restore_checks": 0, "rollouts": 0}
+    # an environment restored by prefix replay checks every replayed observation; its mismatches
+    # are divergences of this unit too (the rollout's restore also reads as failed)
+    restore_divergences = int(getattr(env, "divergences", 0))
 
     # 1. the factual prefix, replayed once and checked at every state
     obs = env.reset(task)
@@ -398,6 +410,7 @@ def replay_trajectory(
             for key, value in values.items():
                 roll_rows[key].append(value)
     counters["restore_failures"] = roll_rows["restore_ok"].count(False)
+    counters["divergences"] += int(getattr(env, "divergences", 0)) - restore_divergences
     return UnitResult(
         turns=pa.Table.from_pydict(turn_rows, schema=TURN_TABLE_SCHEMA),
         rollouts=pa.Table.from_pydict(roll_rows, schema=ROLLOUT_TABLE_SCHEMA),

@@ -22,10 +22,11 @@ from creditaudit.protocol.links import StageLink
 from creditaudit.protocol.lock import FrozenProtocol
 from creditaudit.protocol.schema import Protocol
 from creditaudit.protocol.signing import Signer
-from creditaudit.registry import registry
 from creditaudit.replay.envs.base import Environment, Task
+from creditaudit.replay.envs.plugin import EnvironmentPlugin
 
-__all__ = ["TASKS_FILE", "GAMES_DIR", "TaskEntry", "make_environment", "prepare_tasks", "read_tasks", "task_for"]
+__all__ = ["TASKS_FILE", "GAMES_DIR", "TaskEntry", "environment_plugin", "make_environment", "prepare_tasks",
+           "read_tasks", "task_for"]
 
 TASKS_FILE = "tasks.json"
 GAMES_DIR = "games"
@@ -46,14 +47,19 @@ class TaskEntry:
         return {"task_id": self.task_id, "task_type": self.task_type, "path": self.path, "params": self.params}
 
 
-def make_environment(protocol: Protocol) -> Environment:
-    """The protocol's registered environment, constructed with its frozen arguments."""
-    # Importing the adapters registers them.
-    from creditaudit.replay.envs import planted  # noqa: F401
-    from creditaudit.replay.envs.alfworld import env  # noqa: F401
+def environment_plugin(protocol: Protocol) -> EnvironmentPlugin:
+    """The protocol's environment plugin (entry-point group ``creditaudit.environments``), bound to
+    its frozen arguments: capabilities, prompt text, and a factory of instances."""
+    from creditaudit import plugins
 
-    env_section = protocol.environment
-    return registry("environment").create(env_section.name, horizon=env_section.horizon, **env_section.params)
+    section = protocol.environment
+    return plugins.get("environment", section.name).create(section.args, horizon=section.horizon)
+
+
+def make_environment(protocol: Protocol) -> Environment:
+    """A fresh instance of the protocol's environment with the full replay contract: the
+    environment's own when it snapshots natively, else wrapped by prefix replay."""
+    return environment_plugin(protocol).make()
 
 
 def _data_dir(protocol: Protocol) -> Path:
@@ -65,9 +71,9 @@ def _data_dir(protocol: Protocol) -> Path:
 
 def task_for(entry: TaskEntry, protocol: Protocol, run_dir: Path) -> Task:
     """The :class:`Task` to reset an environment with."""
-    if protocol.environment.name == "planted":
-        return Task(task_id=entry.task_id, task_type=entry.task_type, source="planted", params=dict(entry.params))
-    assert entry.path is not None
+    if entry.path is None:  # a task the environment made itself: its parameters say everything
+        return Task(task_id=entry.task_id, task_type=entry.task_type, source=protocol.environment.name,
+                    params=dict(entry.params))
     root = run_dir if protocol.environment.source == "generated" else _data_dir(protocol)
     return Task(task_id=entry.task_id, task_type=entry.task_type, source=str(root / entry.path), params=dict(entry.params))
 
@@ -113,11 +119,11 @@ def _pinned_games(frozen: FrozenProtocol) -> list[TaskEntry]:
     return entries
 
 
-def _planted(frozen: FrozenProtocol) -> list[TaskEntry]:
+def _own_tasks(frozen: FrozenProtocol) -> list[TaskEntry]:
     from creditaudit.protocol.seeds import rng
 
-    env = make_environment(frozen.protocol)
-    tasks = env.make_tasks(frozen.protocol.collection.n_tasks, rng=rng(frozen.id, "games/generate"))
+    plugin = environment_plugin(frozen.protocol)
+    tasks = plugin.make_tasks(frozen.protocol.collection.n_tasks, rng=rng(frozen.id, "games/generate"))
     return [TaskEntry(t.task_id, t.task_type, None, dict(t.params)) for t in tasks]
 
 
@@ -136,8 +142,8 @@ def prepare_tasks(
         return read_tasks(frozen)
     env_section = frozen.protocol.environment
     produced: list[Path] = []
-    if env_section.name == "planted":
-        entries = _planted(frozen)
+    if environment_plugin(frozen.protocol).capabilities.generates_tasks:
+        entries = _own_tasks(frozen)
     elif env_section.source == "generated":
         entries, produced = _generated_alfworld(frozen, progress)
     else:

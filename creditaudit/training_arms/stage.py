@@ -127,7 +127,7 @@ def _task_sets(frozen: FrozenProtocol, signer: Signer, args: Any, env: Any) -> t
     import numpy as np
 
     from creditaudit.protocol.seeds import rng
-    from creditaudit.replay.tasks import TaskEntry, prepare_tasks, task_for
+    from creditaudit.replay.tasks import TaskEntry, environment_plugin, prepare_tasks, task_for
 
     protocol = frozen.protocol
     run_dir = frozen.run_dir
@@ -144,8 +144,9 @@ def _task_sets(frozen: FrozenProtocol, signer: Signer, args: Any, env: Any) -> t
     else:
         env_section = protocol.environment
         pool = list(entries)
-        if env_section.name == "planted":
-            tasks = env.make_tasks(args.eval_tasks + len(pool), rng=rng(frozen.id, "arms/eval-tasks"))
+        plugin = environment_plugin(protocol)
+        if plugin.capabilities.generates_tasks:
+            tasks = plugin.make_tasks(args.eval_tasks + len(pool), rng=rng(frozen.id, "arms/eval-tasks"))
             seen = {e.task_id for e in pool}
             held = [TaskEntry(t.task_id, t.task_type, None, dict(t.params)) for t in tasks if t.task_id not in seen]
             held = held[:args.eval_tasks]

@@ -43,7 +43,7 @@ PROVER_SIGNALS = [
 #: difference are those containing the turn that took the good door. The horizon leaves room for
 #: the policy's inadmissible commands.
 KNOWN_ANSWER_ENV = {"name": "planted", "source": "generated", "horizon": 16,
-                    "params": {"kinds": "NNPN", "n_good": 2}}
+                    "args": {"kinds": "NNPN", "n_good": 2}}
 
 
 def make_planted_run(root, policy_dir, *, signals, n_tasks, group, environment):

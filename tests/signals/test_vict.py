@@ -97,7 +97,7 @@ def test_robust_normalise_and_calibration():
 def test_planted_environment_abstains_with_a_reason(trajectory_factory, context_factory):
     class _P:
         class environment:
-            name = "planted"
+            name, args, horizon = "planted", {}, 8
 
     trajs = [trajectory_factory(f"t{i}", "k", n_turns=3, outcome=i % 2, rollout=i) for i in range(4)]
     out = VictFamily(name="vict").compute(context_factory(trajs, protocol=_P()))
@@ -227,7 +227,7 @@ def test_family_compute_replays_a_run_directory_and_checks_signatures(games, eng
         {"task_id": game.task_id, "task_type": game.task_type, "path": str(game.path.relative_to(run)),
          "params": {}}]}))
     protocol = types.SimpleNamespace(environment=types.SimpleNamespace(
-        name="alfworld", source="generated", horizon=50, params={}, data_dir=None))
+        name="alfworld", source="generated", horizon=50, args={}, data_dir=None))
     context = SignalContext(pid, protocol, run, trajs, lambda: None)
     out = VictFamily(name="vict").compute(context)
     assert len(out.credit) == sum(len(t) for t in trajs)

@@ -56,7 +56,7 @@ def make_arms_run(root: Path, policy_dir: Path, *, arms: dict | None = None, n_t
     run.mkdir(parents=True)
     shutil.copytree(policy_dir, run / "policy")
     data = yaml.safe_load(default_template_text())
-    data["environment"] = {"name": "planted", "source": "generated", "horizon": 8, "params": PLANTED}
+    data["environment"] = {"name": "planted", "source": "generated", "horizon": 8, "args": PLANTED}
     data["collection"] = {"n_tasks": n_tasks, "group_size": 2, "determinism_instances": 2}
     data["policy"].update(source="local", history_length=0, max_action_tokens=6, decoding="admissible")
     data["signals"] = signals if signals is not None else SIGNALS

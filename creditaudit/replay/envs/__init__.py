@@ -1,7 +1,9 @@
-"""Environments: the contract every adapter implements (:mod:`~.base`), the planted-effect
-environment (:mod:`~.planted`) and ALFWorld on its real engine
-(:mod:`creditaudit.replay.envs.alfworld`). Adapters are registered factories
-(``registry("environment")``); importing their module registers them."""
+"""Environments: the contract every adapter implements (:mod:`~.base`), what an environment plugin
+declares (:mod:`~.plugin`: capabilities, prompt text), the prefix-replay wrapper that makes any
+deterministic reset/step environment replayable (:mod:`~.prefix`), the planted-effect environment
+(:mod:`~.planted`) and ALFWorld on its real engine (:mod:`creditaudit.replay.envs.alfworld`).
+Environments are plugins of the entry-point group ``creditaudit.environments``
+(:mod:`creditaudit.plugins`); the built-ins are declared there exactly like a third party's."""
 
 from creditaudit.replay.envs.base import (
     Environment,
@@ -12,5 +14,20 @@ from creditaudit.replay.envs.base import (
     Task,
     signature_hash,
 )
+from creditaudit.replay.envs.plugin import Capabilities, EnvironmentPlugin, PromptText
+from creditaudit.replay.envs.prefix import PrefixReplayEnv, PrefixSnapshot
 
-__all__ = ["Task", "Observation", "StepResult", "Environment", "SnapshotError", "EpisodeOver", "signature_hash"]
+__all__ = [
+    "Task",
+    "Observation",
+    "StepResult",
+    "Environment",
+    "SnapshotError",
+    "EpisodeOver",
+    "signature_hash",
+    "Capabilities",
+    "EnvironmentPlugin",
+    "PromptText",
+    "PrefixReplayEnv",
+    "PrefixSnapshot",
+]

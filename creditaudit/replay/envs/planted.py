@@ -47,17 +47,17 @@ import math
 import re
 import uuid
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any
 
 import numpy as np
 
 from creditaudit.errors import InputError
 from creditaudit.protocol.canonical import canonical_hash
-from creditaudit.registry import registry
 from creditaudit.replay.envs.base import EpisodeOver, Observation, SnapshotError, StepResult, Task, signature_hash
+from creditaudit.replay.envs.plugin import Capabilities, EnvironmentPlugin, PromptText
 
-__all__ = ["PlantedEnv", "PlantedLayout", "PlantedState", "PlantedSnapshot", "make_planted", "KINDS"]
+__all__ = ["PlantedEnv", "PlantedLayout", "PlantedState", "PlantedSnapshot", "make_planted", "planted_environment", "PLANTED_PROMPT", "KINDS"]
 
 KINDS = {"P": "pivotal", "A": "absorbing", "N": "noop"}
 _COLOURS = ("red", "blue", "green", "yellow", "white", "black", "orange", "purple", "grey", "brown", "pink", "gold")
@@ -476,11 +476,33 @@ def _value(seed: int, horizon: int, key: tuple, room: int, score: int, steps: in
     return total / n
 
 
-@registry("environment").register("planted")
-def make_planted(horizon: int = 30, n_steps: int = 8, n_actions: int = 5, n_good: int = 3, n_trap: int = 1,
-                 p_pivotal: float = 0.5, p_absorbing: float = 0.15, kinds: str = "", threshold_frac: float = 0.5,
-                 slip: float = 0.0) -> PlantedEnv:
-    """Registered factory of :class:`PlantedEnv` (``registry("environment").create("planted", ...)``)."""
-    return PlantedEnv(horizon=horizon, n_steps=n_steps, n_actions=n_actions, n_good=n_good, n_trap=n_trap,
-                      p_pivotal=p_pivotal, p_absorbing=p_absorbing, kinds=kinds, threshold_frac=threshold_frac,
-                      slip=slip)
+#: The planted environment's words in prompts. They are the words every planted run has carried so
+#: far (the ALFWorld framing), kept so that planted runs, the test policy trained on them and every
+#: number pinned from them stay byte-identical; the environment's own framing would be
+#: ``PromptText(setting="a maze of doors", commands="A command opens one door: open the <colour> door.")``.
+PLANTED_PROMPT = PromptText(setting="a household text game")
+
+
+def planted_environment(horizon: int = 30, n_steps: int = 8, n_actions: int = 5, n_good: int = 3, n_trap: int = 1,
+                        p_pivotal: float = 0.5, p_absorbing: float = 0.15, kinds: str = "",
+                        threshold_frac: float = 0.5, slip: float = 0.0,
+                        native_snapshots: bool = True) -> EnvironmentPlugin:
+    """The planted environment's plugin (entry point ``planted`` of ``creditaudit.environments``).
+
+    The arguments are :class:`PlantedEnv`'s; ``native_snapshots=False`` hides its snapshots, so
+    replay restores states by prefix replay (:mod:`~creditaudit.replay.envs.prefix`) -- the same
+    tables, at the cost of a reset and a replayed prefix per restore.
+    """
+    args = dict(n_steps=n_steps, n_actions=n_actions, n_good=n_good, n_trap=n_trap, p_pivotal=p_pivotal,
+                p_absorbing=p_absorbing, kinds=kinds, threshold_frac=threshold_frac, slip=slip)
+    PlantedEnv(horizon=horizon, **args)  # the environment's own checks (cheap: no engine)
+    return EnvironmentPlugin(
+        name="planted", horizon=horizon, factory=partial(PlantedEnv, horizon=horizon, **args),
+        capabilities=Capabilities(native_snapshot=bool(native_snapshots), admissible=True, state_signature=True,
+                                  generates_tasks=True),
+        prompt=PLANTED_PROMPT, args={**args, "native_snapshots": bool(native_snapshots)})
+
+
+def make_planted(horizon: int = 30, **kwargs: Any) -> PlantedEnv:
+    """A :class:`PlantedEnv` (the planted plugin's instance: ``planted_environment(...).make()``)."""
+    return PlantedEnv(horizon=horizon, **kwargs)

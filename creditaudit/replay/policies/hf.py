@@ -78,6 +78,9 @@ class HFPolicy(CandidateDecoding):
     decoding : {"free", "admissible", "constrained"}, default "free"
         ``free``: generate the action text; ``admissible``: draw it from the policy's own
         distribution restricted to the admissible commands (see :meth:`sample`).
+    instruction : str, optional
+        The prompt's first line, the environment's (``PromptText.instruction`` of the protocol's
+        environment plugin); see :class:`~creditaudit.replay.policies.prompts.PromptBuilder`.
 
     Notes
     -----
@@ -97,6 +100,7 @@ class HFPolicy(CandidateDecoding):
         batch_size: int = 32,
         source: str | None = None,
         decoding: str = "free",
+        instruction: str | None = None,
     ):
         torch = _torch()
         if decoding not in DECODINGS:
@@ -111,7 +115,8 @@ class HFPolicy(CandidateDecoding):
             raise ValueError(f"`batch_size` must be >= 1; got {batch_size!r}")
         self.max_action_tokens = int(max_action_tokens)
         self.batch_size = int(batch_size)
-        self.prompt_builder = PromptBuilder(tokenizer, history_length=history_length, use_chat_template=use_chat_template)
+        self.prompt_builder = PromptBuilder(tokenizer, history_length=history_length, use_chat_template=use_chat_template,
+                                            instruction=instruction)
         if tokenizer.eos_token_id is None:
             raise InputError(
                 f"the tokenizer of policy {self.source!r} has no end-of-sequence token, so an action cannot "
@@ -153,6 +158,7 @@ class HFPolicy(CandidateDecoding):
         use_chat_template: bool | str = "auto",
         batch_size: int = 32,
         decoding: str = "free",
+        instruction: str | None = None,
     ) -> HFPolicy:
         """Load a policy from a local model directory (never from the hub).
 
@@ -226,6 +232,7 @@ class HFPolicy(CandidateDecoding):
             batch_size=batch_size,
             source=str(root),
             decoding=decoding,
+            instruction=instruction,
         )
 
     # ---------------------------------------------------------------- token sets

@@ -2,7 +2,9 @@
 is sampled or scored, and :func:`format_hindsight` writes the outcome HCAPO's hindsight scoring
 injects.
 
-A decision point is the task goal, the last ``history_length`` (observation, action) turns, the
+The first line, the instruction, is the environment's (its plugin's
+:class:`~creditaudit.replay.envs.PromptText`: what the task is, what the commands look like); nothing
+about any particular environment is written here. A decision point is the task goal, the last ``history_length`` (observation, action) turns, the
 current observation and the admissible commands (and optionally a hindsight outcome). The prompt
 goes through the tokenizer's chat template when it has one and a plain template otherwise;
 :attr:`PromptBuilder.template_hash` pins the template (``prompt_template_sha256`` of every
@@ -19,7 +21,7 @@ from creditaudit.protocol.canonical import canonical_hash
 from creditaudit.protocol.inputs import chat_template_sha256
 from creditaudit.replay.policies.base import Turn
 
-__all__ = ["PROMPT_FORMAT_VERSION", "PromptBuilder", "format_hindsight"]
+__all__ = ["PROMPT_FORMAT_VERSION", "GENERIC_INSTRUCTION", "PromptBuilder", "format_hindsight"]
 
 PROMPT_FORMAT_VERSION = 1
 """Version of the prompt format; part of every prompt template hash."""
@@ -37,7 +39,8 @@ def format_hindsight(final_observation: str, won: bool) -> str:
     return f"{verdict}. final observation: {' '.join(final_observation.split())}"
 
 
-_INSTRUCTION = "You are an agent in a household text game. Reply with exactly one admissible action."
+#: The instruction of a builder made without an environment's (tests, tools that show no environment).
+GENERIC_INSTRUCTION = "You are an agent in a text environment. Reply with exactly one admissible action."
 
 # The body of every prompt. Plain mode uses it as the whole prompt (followed by the action
 # cue); chat mode sends it as the single user message (no system role: not every chat template
@@ -68,6 +71,9 @@ class PromptBuilder:
     ----------
     tokenizer : transformers tokenizer, optional
         Its ``chat_template`` is used when it has one (and ``use_chat_template`` allows it).
+    instruction : str, optional
+        The prompt's first line: the environment's ``PromptText.instruction`` (the protocol's
+        environment plugin supplies it); :data:`GENERIC_INSTRUCTION` when not given.
     history_length : int, default 2
         Past (observation, action) turns shown, most recent last; 0 shows none.
     use_chat_template : {"auto", True, False}, default "auto"
@@ -96,7 +102,13 @@ class PromptBuilder:
     serves sampling and scoring.
     """
 
-    def __init__(self, tokenizer: Any = None, *, history_length: int = 2, use_chat_template: bool | str = "auto"):
+    def __init__(self, tokenizer: Any = None, *, history_length: int = 2, use_chat_template: bool | str = "auto",
+                 instruction: str | None = None):
+        if instruction is None:
+            instruction = GENERIC_INSTRUCTION
+        if not isinstance(instruction, str) or not instruction.strip() or "\n" in instruction:
+            raise ValueError(f"`instruction` must be one non-empty line of text; got {instruction!r}")
+        self.instruction = instruction
         if not isinstance(history_length, int) or isinstance(history_length, bool) or history_length < 0:
             raise ValueError(f"`history_length` must be a non-negative integer; got {history_length!r}")
         if use_chat_template not in ("auto", True, False):
@@ -119,7 +131,7 @@ class PromptBuilder:
         return {
             "format_version": PROMPT_FORMAT_VERSION,
             "mode": self.mode,
-            "instruction": _INSTRUCTION,
+            "instruction": self.instruction,
             "body": _BODY_TEMPLATE,
             "history": _HISTORY_TEMPLATE,
             "hindsight": _HINDSIGHT_TEMPLATE,
@@ -149,7 +161,7 @@ class PromptBuilder:
             _HISTORY_TEMPLATE.format(observation=_squash(t.observation), action=_squash(t.action)) for t in shown
         )
         return _BODY_TEMPLATE.format(
-            instruction=_INSTRUCTION,
+            instruction=self.instruction,
             goal=_squash(goal),
             history=history_text,
             observation=_squash(observation),

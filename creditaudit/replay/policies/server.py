@@ -155,6 +155,7 @@ class ServerPolicy(CandidateDecoding):
         api_key_env: str | None = None,
         source: str | None = None,
         record_dir: Path | None = None,
+        instruction: str | None = None,
     ):
         openai = _openai()
         if decoding not in DECODINGS:
@@ -170,7 +171,8 @@ class ServerPolicy(CandidateDecoding):
         self.max_action_tokens = int(max_action_tokens)
         self.batch_size = int(batch_size)
         self.max_concurrency = int(max_concurrency)
-        self.prompt_builder = PromptBuilder(tokenizer, history_length=history_length, use_chat_template=use_chat_template)
+        self.prompt_builder = PromptBuilder(tokenizer, history_length=history_length, use_chat_template=use_chat_template,
+                                            instruction=instruction)
         if tokenizer.eos_token_id is None:
             raise InputError(
                 f"the tokenizer of policy {self.source!r} has no end-of-sequence token, so an action cannot "
@@ -492,7 +494,8 @@ def _short(value: Any, width: int = 80) -> str:
 
 def load_server_policy(directory: str | Path, server: Any, *, cache_dir: Path | None = None,
                        history_length: int = 2, max_action_tokens: int = 12, decoding: str = "free",
-                       use_chat_template: bool | str = "auto", record_dir: Path | None = None) -> ServerPolicy:
+                       use_chat_template: bool | str = "auto", record_dir: Path | None = None,
+                       instruction: str | None = None) -> ServerPolicy:
     """The policy of ``policy.source: openai``: the tokenizer from ``directory``, the model behind
     ``server`` (a :class:`~creditaudit.protocol.schema.PolicyServer`).
 
@@ -524,7 +527,7 @@ def load_server_policy(directory: str | Path, server: Any, *, cache_dir: Path | 
         max_action_tokens=max_action_tokens, use_chat_template=use_chat_template, decoding=decoding,
         batch_size=server.batch_size, max_concurrency=server.max_concurrency, max_retries=server.max_retries,
         timeout_s=server.timeout_s, cache_dir=cache_dir, served=dict(server.served), api_key_env=server.api_key_env,
-        source=str(root), record_dir=record_dir,
+        source=str(root), record_dir=record_dir, instruction=instruction,
     )
     policy._write_record()
     return policy

@@ -108,12 +108,13 @@ def hindsight_ratio(pi_values: Sequence[float], *, clip_low: float = 0.8, clip_h
 
 
 def hindsight_builder(policy, history_length: int):
-    """A prompt builder like the policy's (same tokenizer and template mode) showing
+    """A prompt builder like the policy's (same tokenizer, template mode and instruction) showing
     ``history_length`` past turns."""
     from creditaudit.replay.policies import PromptBuilder
 
     return PromptBuilder(policy.tokenizer, history_length=history_length,
-                         use_chat_template=policy.prompt_builder.mode == "chat")
+                         use_chat_template=policy.prompt_builder.mode == "chat",
+                         instruction=policy.prompt_builder.instruction)
 
 
 def hindsight_prompts(trajectory: Trajectory, builder) -> list[str]:

@@ -57,6 +57,9 @@ __all__ = [
     "MalformedAnswer",
     "JudgeVerdict",
     "judge_prompt",
+    "judge_instruction",
+    "environment_setting",
+    "GENERIC_SETTING",
     "check_choices",
     "constrained_scores",
     "parse_judge_answer",
@@ -73,12 +76,17 @@ JUDGE_SCORES = (1, 0, -1)
 JUDGE_PROMPT_VERSION = 1
 API_KEY_ENV = "CREDITAUDIT_JUDGE_API_KEY"
 
+#: The judge's instruction; ``{setting}`` is the environment's (``PromptText.setting`` of the
+#: protocol's environment plugin; ALFWorld's plugin supplies the words every earlier judge prompt had).
 _INSTRUCTION = (
-    "You are judging the decisions of an agent in a household text game. You see the task, the "
+    "You are judging the decisions of an agent in {setting}. You see the task, the "
     "agent's full trajectory and its outcome. Score every turn: 1 if the action helped accomplish "
     "the task, 0 if it was neutral or had no effect, -1 if it was the mistake that harmed the "
     "outcome. At most {max_negative} turn(s) may receive -1."
 )
+#: The setting of a judge made without an environment's words (tests, tools).
+GENERIC_SETTING = "a text environment"
+
 _HTTP_ANSWER = (
     'Answer with JSON only, exactly {{"scores": [s_0, ..., s_{last}]}}: one integer in {{1, 0, -1}} '
     "per turn, {n} in all."
@@ -90,8 +98,30 @@ def _squash(text: str) -> str:
     return " ".join(str(text).split())
 
 
-def judge_prompt(trajectory: Trajectory, *, max_negative: int = 1) -> str:
-    """The judge prompt body of a trajectory (task, turns, outcome, instruction).
+def environment_setting(context: Any) -> str:
+    """What the prompts call the task: the ``PromptText.setting`` of the context's protocol's
+    environment (:data:`GENERIC_SETTING` for a context whose protocol names no environment)."""
+    if getattr(getattr(context, "protocol", None), "environment", None) is None:
+        return GENERIC_SETTING
+    from creditaudit.replay.tasks import environment_plugin
+
+    return environment_plugin(context.protocol).prompt.setting
+
+
+def judge_instruction(setting: str = GENERIC_SETTING) -> str:
+    """The judge's instruction for an environment (``{max_negative}`` left to fill).
+
+    Examples
+    --------
+    >>> judge_instruction("a maze of doors")[:61]
+    'You are judging the decisions of an agent in a maze of doors.'
+    """
+    return _INSTRUCTION.replace("{setting}", setting)
+
+
+def judge_prompt(trajectory: Trajectory, *, max_negative: int = 1, setting: str = GENERIC_SETTING) -> str:
+    """The judge prompt body of a trajectory (task, turns, outcome, instruction); ``setting`` is the
+    environment's ``PromptText.setting``.
 
     Examples
     --------
@@ -108,15 +138,16 @@ def judge_prompt(trajectory: Trajectory, *, max_negative: int = 1) -> str:
     """
     from creditaudit.replay.policies import format_hindsight
 
-    lines = [_INSTRUCTION.format(max_negative=max_negative), f"task: {_squash(trajectory.goal)}"]
+    lines = [judge_instruction(setting).format(max_negative=max_negative), f"task: {_squash(trajectory.goal)}"]
     for rec in trajectory.turns:
         lines += [f"turn {rec.turn}", f"observation: {_squash(rec.observation)}", f"action: {_squash(rec.action)}"]
     lines.append(f"outcome: {_squash(format_hindsight(trajectory.final_observation, trajectory.won))}")
     return "\n".join(lines)
 
 
-def _template_hash(backend: str) -> str:
-    return canonical_hash({"version": JUDGE_PROMPT_VERSION, "instruction": _INSTRUCTION, "backend": backend,
+def _template_hash(backend: str, setting: str = GENERIC_SETTING) -> str:
+    return canonical_hash({"version": JUDGE_PROMPT_VERSION, "instruction": judge_instruction(setting),
+                           "backend": backend,
                            "answer": _HTTP_ANSWER if backend == "http" else _LOCAL_CUE,
                            "choices": list(JUDGE_CHOICES)})
 
@@ -292,10 +323,11 @@ class LocalJudge:
 
     backend = "local"
 
-    def __init__(self, model: Any, *, judge_id: str, max_negative: int = 1):
+    def __init__(self, model: Any, *, judge_id: str, max_negative: int = 1, setting: str = GENERIC_SETTING):
         self.model = model
         self.judge_id = judge_id
         self.max_negative = max_negative
+        self.setting = setting
         check_choices(model.tokenizer, judge=judge_id)
 
     def turn_prompt(self, body: str, turn: int) -> str:
@@ -306,7 +338,7 @@ class LocalJudge:
         return text
 
     def judge(self, trajectory: Trajectory) -> JudgeVerdict:
-        body = judge_prompt(trajectory, max_negative=self.max_negative)
+        body = judge_prompt(trajectory, max_negative=self.max_negative, setting=self.setting)
         prompts = [self.turn_prompt(body, rec.turn) for rec in trajectory.turns]
         if hasattr(self.model, "score_candidates"):  # each turn's prompt encoded once for its three choices
             scored = [s for row in self.model.score_candidates(prompts, [list(JUDGE_CHOICES)] * len(prompts),
@@ -343,6 +375,7 @@ class HttpJudge:
     timeout_s: float = 60.0
     max_negative: int = 1
     backoff_s: float = 1.0
+    setting: str = GENERIC_SETTING
     backend: str = field(default="http", init=False)
 
     @property
@@ -356,7 +389,8 @@ class HttpJudge:
 
     def prompt(self, trajectory: Trajectory) -> str:
         n = len(trajectory)
-        return judge_prompt(trajectory, max_negative=self.max_negative) + "\n" + _HTTP_ANSWER.format(last=n - 1, n=n)
+        return (judge_prompt(trajectory, max_negative=self.max_negative, setting=self.setting) + "\n"
+                + _HTTP_ANSWER.format(last=n - 1, n=n))
 
     def judge(self, trajectory: Trajectory, *, client: Any = None) -> JudgeVerdict:
         try:
@@ -497,13 +531,14 @@ class JudgeFamily(FamilyBase):
 
     def make_judge(self, context: SignalContext) -> Any:
         overrides = context.overrides.get(self.name, {})
+        setting = environment_setting(context)
         if self.backend == "local":
             model, judge_id, digest = _local_model(context, self.model)
-            judge = LocalJudge(model, judge_id=judge_id, max_negative=self.max_negative)
+            judge = LocalJudge(model, judge_id=judge_id, max_negative=self.max_negative, setting=setting)
             judge.model_sha256 = digest
             return judge
         return HttpJudge(self.endpoint, self.model, max_retries=self.max_retries, timeout_s=self.timeout_s,
-                         max_negative=self.max_negative, backoff_s=overrides.get("backoff_s", 1.0))
+                         max_negative=self.max_negative, backoff_s=overrides.get("backoff_s", 1.0), setting=setting)
 
     def compute(self, context: SignalContext) -> FamilyOutput:
         judge = self.make_judge(context)
@@ -555,7 +590,7 @@ class JudgeFamily(FamilyBase):
             "judge_model_sha256": getattr(judge, "model_sha256", None),
             "backend": judge.backend,
             "prompt_version": JUDGE_PROMPT_VERSION,
-            "prompt_template_sha256": _template_hash(judge.backend),
+            "prompt_template_sha256": _template_hash(judge.backend, getattr(judge, "setting", GENERIC_SETTING)),
             "score_counts": {str(v): scores.count(v) for v in JUDGE_SCORES},
         }
         return FamilyOutput(credit_frame(context.trajectories, values, reasons), table, report)

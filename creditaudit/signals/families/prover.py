@@ -72,6 +72,7 @@ import pyarrow as pa
 from creditaudit.errors import InputError
 from creditaudit.protocol.canonical import canonical_hash, sha256_bytes
 from creditaudit.signals.base import FamilyBase, FamilyOutput, SignalContext, Trajectory, credit_frame
+from creditaudit.signals.families.judge import GENERIC_SETTING
 
 __all__ = [
     "PROPOSERS",
@@ -95,13 +96,21 @@ __all__ = [
 PROPOSERS = ("judge", "random", "oracle")
 JUDGE_PROMPT_VERSION = 1
 
+#: ``{setting}`` is the environment's (``PromptText.setting`` of the protocol's environment plugin).
 _INSTRUCTION = (
-    "You are locating the pivotal decision of an agent in a household text game. Several runs of the "
+    "You are locating the pivotal decision of an agent in {setting}. Several runs of the "
     "same task failed; one succeeded. Find the recurrent failure in the failed runs, then the shortest "
     "segment of the successful run that resolved or avoided it. Judge actions together with the state "
     "changes they caused; do not pick a mistake that was later corrected."
 )
 _CUE = "pivotal segment of the successful run:"
+
+
+def _setting(context: Any) -> str:
+    """The protocol's environment's ``PromptText.setting`` (what the prompts call the task)."""
+    from creditaudit.signals.families.judge import environment_setting
+
+    return environment_setting(context)
 
 
 def _squash(text: str) -> str:
@@ -315,14 +324,14 @@ class LocalSegmentJudge:
     judge prompt; the proposal is the candidate with the largest joint log-probability.
     """
 
-    def __init__(self, model: Any, *, judge_id: str):
+    def __init__(self, model: Any, *, judge_id: str, setting: str = GENERIC_SETTING):
         self.model = model
         self.judge_id = judge_id
+        self.setting = setting
 
-    @staticmethod
-    def prompt_body(source: Trajectory, failed: Sequence[Trajectory]) -> str:
+    def prompt_body(self, source: Trajectory, failed: Sequence[Trajectory]) -> str:
         """Task, compact previews of the failed runs, the successful run with turn indices."""
-        lines = [_INSTRUCTION, f"task: {_squash(source.goal)}"]
+        lines = [_INSTRUCTION.replace("{setting}", self.setting), f"task: {_squash(source.goal)}"]
         for f in failed:
             lines.append(f"failed run {f.rollout}: " + " ; ".join(_squash(r.action) for r in f.turns))
         lines.append("successful run:")
@@ -353,8 +362,9 @@ class LocalSegmentJudge:
                            "choice_logprobs": [lp[s] for s in candidates]}
 
 
-def _judge_template_hash() -> str:
-    return canonical_hash({"version": JUDGE_PROMPT_VERSION, "instruction": _INSTRUCTION, "cue": _CUE,
+def _judge_template_hash(setting: str = GENERIC_SETTING) -> str:
+    return canonical_hash({"version": JUDGE_PROMPT_VERSION, "instruction": _INSTRUCTION.replace("{setting}", setting),
+                           "cue": _CUE,
                            "choice": "actions joined by ' ; '", "rule": "max joint log-probability"})
 
 
@@ -424,7 +434,11 @@ class JudgeProposer:
     """The audited policy as a constrained-choice segment judge (:class:`LocalSegmentJudge`)."""
 
     name = "judge"
-    template_sha256 = property(lambda self: _judge_template_hash())
+
+    @staticmethod
+    def template_sha256(context: SignalContext) -> str:
+        """The judge prompt template's hash under the context's environment."""
+        return _judge_template_hash(_setting(context))
 
     def __init__(self) -> None:
         self._judge: LocalSegmentJudge | None = None
@@ -434,7 +448,7 @@ class JudgeProposer:
             from creditaudit.signals.families.judge import _local_model
 
             model, judge_id, _ = _local_model(request.context, "policy")
-            self._judge = LocalSegmentJudge(model, judge_id=judge_id)
+            self._judge = LocalSegmentJudge(model, judge_id=judge_id, setting=_setting(request.context))
         try:
             segment, info = self._judge.propose(request.source, request.failed, request.candidates)
         except ValueError:
@@ -487,14 +501,17 @@ def make_proposer(name: str) -> SegmentProposer:
 
 def replay_inputs(run_dir: Path, protocol: Any) -> list[Path]:
     """Files a replaying family reads besides the trajectories and the policy: the task list and
-    (generated ALFWorld) its game files -- the signals stage hashes them into its link record."""
+    (generated game files) those files -- the signals stage hashes them into its link record."""
     import json
 
     from creditaudit.replay.tasks import TASKS_FILE
 
     path = run_dir / TASKS_FILE
     out = [path]
-    if protocol.environment.name != "planted" and protocol.environment.source == "generated" and path.is_file():
+    from creditaudit.replay.tasks import environment_plugin
+
+    own_tasks = environment_plugin(protocol).capabilities.generates_tasks
+    if not own_tasks and protocol.environment.source == "generated" and path.is_file():
         try:
             tasks = json.loads(path.read_text("utf-8"))["tasks"]
         except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -696,6 +713,8 @@ class ProverFamily(FamilyBase):
         report = {"proposer": self.proposer, "group_size": self.group_size, "continuations": self.continuations,
                   "max_segment": self.max_segment, "credit_scale": self.credit_scale, **_summary(frame)}
         template = getattr(make_proposer(self.proposer), "template_sha256", None)
+        if callable(template):  # a template that depends on the environment's words
+            template = template(context)
         if template is not None:
             report["judge_prompt_template_sha256"] = template
         return FamilyOutput(credit_frame(context.trajectories, values, reasons), _diagnostics_table(frame), report)

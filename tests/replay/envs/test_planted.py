@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from creditaudit.errors import InputError
-from creditaudit.registry import registry
+from creditaudit import plugins
 from creditaudit.replay.envs import Environment, EpisodeOver, SnapshotError
 from creditaudit.replay.envs.planted import PlantedEnv, PlantedState
 
@@ -16,7 +16,7 @@ def _task(env, seed=0):
 
 
 def test_registered_contract_and_text():
-    env = registry("environment").create("planted", horizon=12, kinds="PAN")
+    env = plugins.get("environment", "planted").create({"kinds": "PAN"}, horizon=12).make()
     assert isinstance(env, PlantedEnv) and isinstance(env, Environment)
     obs = env.reset(_task(env))
     assert obs.text.startswith("-= A maze of doors =-")

@@ -49,13 +49,14 @@ import sys
 import uuid
 from collections import Counter, defaultdict
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from creditaudit.errors import InputError
 from creditaudit.protocol.canonical import sha256_bytes
-from creditaudit.registry import registry
 from creditaudit.replay.envs.alfworld.game_files import read_game_file
 from creditaudit.replay.envs.alfworld.textworld_accel import accelerate_textworld
+from creditaudit.replay.envs.plugin import Capabilities, EnvironmentPlugin, PromptText
 from creditaudit.replay.envs.base import (
     EpisodeOver,
     Observation,
@@ -65,7 +66,7 @@ from creditaudit.replay.envs.base import (
     signature_hash,
 )
 
-__all__ = ["AlfworldEnv", "AlfworldSnapshot", "make_alfworld"]
+__all__ = ["ALFWORLD_PROMPT", "AlfworldEnv", "AlfworldSnapshot", "alfworld_environment", "make_alfworld"]
 
 _GOAL = re.compile(r"Your task is to:\s*(.*?)\s*$", re.S)
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -424,7 +425,24 @@ class AlfworldEnv:
         self.close()
 
 
-@registry("environment").register("alfworld")
+#: ALFWorld's words in prompts: exactly the text every earlier ALFWorld prompt carried (prompt
+#: hashes of existing runs stay valid).
+ALFWORLD_PROMPT = PromptText(setting="a household text game")
+
+
+def alfworld_environment(horizon: int = 30, reuse_engine: bool = True) -> EnvironmentPlugin:
+    """ALFWorld's plugin (entry point ``alfworld`` of ``creditaudit.environments``): native
+    snapshots, admissible commands and a full state signature; its tasks are game files (generated
+    after the freeze, or pinned from the user's data directory). No engine starts here."""
+    if not isinstance(horizon, int) or isinstance(horizon, bool) or horizon < 1:
+        raise InputError(f"`horizon` must be a positive integer, got {horizon!r}")
+    return EnvironmentPlugin(
+        name="alfworld", horizon=horizon, factory=partial(AlfworldEnv, horizon=horizon, reuse_engine=reuse_engine),
+        capabilities=Capabilities(native_snapshot=True, admissible=True, state_signature=True, generates_tasks=False,
+                                  pddl_games=True),
+        prompt=ALFWORLD_PROMPT, args={"reuse_engine": bool(reuse_engine)})
+
+
 def make_alfworld(horizon: int = 30, reuse_engine: bool = True) -> AlfworldEnv:
-    """Registered factory of :class:`AlfworldEnv` (``registry("environment").create("alfworld", ...)``)."""
+    """An :class:`AlfworldEnv` (the plugin's instance: ``alfworld_environment(...).make()``)."""
     return AlfworldEnv(horizon=horizon, reuse_engine=reuse_engine)

@@ -144,10 +144,11 @@ def relabel_goal(example: BCExample, rng: Any, names: Sequence[str], *, absent_s
 
 
 def _relabelled(state: DemoState, goal: str, rng: Any, expert: Callable[..., str] | None) -> BCExample:
+    from creditaudit.replay.envs.alfworld.env import ALFWORLD_PROMPT
     from creditaudit.replay.envs.alfworld.expert import expert_action
 
     label = (expert or expert_action)(goal, state.observation, state.admissible, state.history, rng)
-    builder = PromptBuilder(None, history_length=state.history_length)
+    builder = PromptBuilder(None, history_length=state.history_length, instruction=ALFWORLD_PROMPT.instruction)
     new_state = DemoState(goal, state.observation, state.admissible, state.history, state.history_length)
     return BCExample(builder.build(goal, state.observation, state.admissible, state.history), label, True, new_state)
 

@@ -240,6 +240,7 @@ def build_default_policy(
 
     import torch
 
+    from creditaudit.replay.envs.alfworld.env import ALFWORLD_PROMPT
     from creditaudit.replay.policies.hf import load_policy, policy_file_hashes
 
     args = _build_args(build)
@@ -340,7 +341,8 @@ def build_default_policy(
         evaluation = None
         if evaluate:
             t0 = time.perf_counter()
-            policy = load_policy(out, device="cpu", history_length=history_length, decoding=decoding)
+            policy = load_policy(out, device="cpu", history_length=history_length, decoding=decoding,
+                                 instruction=ALFWORLD_PROMPT.instruction)
             with Deterministic(threads):
                 result = evaluate_policy(
                     policy, held_out_games, env_factory=lambda: env_factory(eval_horizon), seed=seed,

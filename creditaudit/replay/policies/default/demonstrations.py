@@ -163,7 +163,9 @@ def _play_demonstration(task: Any, env: Any, rng: Any, *, noise_rate: float, his
     """One noisy demonstration episode: (examples, mistakes, won)."""
     if expert is None:
         from creditaudit.replay.envs.alfworld.expert import expert_action as expert
-    builder = PromptBuilder(None, history_length=history_length)
+    from creditaudit.replay.envs.alfworld.env import ALFWORLD_PROMPT
+
+    builder = PromptBuilder(None, history_length=history_length, instruction=ALFWORLD_PROMPT.instruction)
     examples: list[BCExample] = []
     mistakes = 0
     obs = env.reset(task)

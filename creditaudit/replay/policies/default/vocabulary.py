@@ -78,7 +78,10 @@ def environment_words() -> set[str]:
             words |= words_from_texts([re.sub(r"\{[^}]*\}|#[^#]*#", " ", quoted)])
     words.update(str(i) for i in range(_MAX_NUMBER + 1))
     # The prompt template's own words (instruction, field names, separators).
-    words |= words_from_texts([PromptBuilder(None).build("g", "o", ["a", "b"], [("o", "a")], hindsight="h")])
+    from creditaudit.replay.envs.alfworld.env import ALFWORLD_PROMPT
+
+    builder = PromptBuilder(None, instruction=ALFWORLD_PROMPT.instruction)
+    words |= words_from_texts([builder.build("g", "o", ["a", "b"], [("o", "a")], hindsight="h")])
     words |= words_from_texts([format_hindsight("x", True), format_hindsight("x", False)])
     # The default local judge is the audited policy itself: it must encode the choices 1, 0, -1.
     words |= words_from_texts(["-1 0 1"])

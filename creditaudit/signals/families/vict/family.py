@@ -445,14 +445,14 @@ class VictFamily(FamilyBase):
         return FamilyOutput(credit_frame(context_trajectories, values, reasons), table, report)
 
     def compute(self, context: SignalContext) -> FamilyOutput:
-        from creditaudit.replay.tasks import make_environment, task_for
+        from creditaudit.replay.tasks import environment_plugin, make_environment, task_for
         from creditaudit.signals.families.prover import _recorded
         from creditaudit.signals.families.vict.atoms import instrument, read_game
 
         groups: dict[str, list[Trajectory]] = {}
         for traj in context.trajectories:
             groups.setdefault(traj.task_id, []).append(traj)
-        if context.protocol.environment.name != "alfworld":
+        if not environment_plugin(context.protocol).capabilities.pddl_games:
             rolls = [VictRollout(t.trajectory_id, len(t), 0.0, reason="environment_not_instrumented",
                                  a_vict=np.zeros(len(t))) for t in context.trajectories]
             return self.finish(context.trajectories, rolls)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from creditaudit.errors import InputError
-from creditaudit.registry import registry
+from creditaudit import plugins
 from creditaudit.replay.determinism import check_restore, random_actions
 from creditaudit.replay.envs import Environment, EpisodeOver, SnapshotError, Task
 from creditaudit.replay.envs.alfworld import AlfworldEnv, read_game_file
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_registered_and_implements_the_contract():
-    env = registry("environment").create("alfworld", horizon=7)
+    env = plugins.get("environment", "alfworld").create({}, horizon=7).make()
     assert isinstance(env, AlfworldEnv) and isinstance(env, Environment)
     assert env.horizon == 7 and env.name == "alfworld"
     with pytest.raises(RuntimeError, match="call reset"):
