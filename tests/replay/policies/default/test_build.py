@@ -291,7 +291,9 @@ _HOLDING = DemoState(
 
 
 def _example(state: DemoState, action: str) -> BCExample:
-    builder = PromptBuilder(None, history_length=state.history_length)
+    from creditaudit.replay.envs.alfworld.env import ALFWORLD_PROMPT
+
+    builder = PromptBuilder(None, history_length=state.history_length, instruction=ALFWORLD_PROMPT.instruction)
     return BCExample(builder.build(state.goal, state.observation, state.admissible, state.history), action, True, state)
 
 
