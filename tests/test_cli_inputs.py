@@ -35,6 +35,7 @@ PATH_KINDS: dict[tuple[str, str], str] = {
     ("protocol init", "policy"): "dir-in",
     ("protocol pin", "path"): "file-in",
     ("protocol pin", "policy"): "dir-in",
+    ("protocol pin", "games"): "dir-in",
     ("protocol migrate", "old"): "file-in",
     ("protocol migrate", "new"): "file-out",
     ("protocol keygen", "out"): "dir-out",
@@ -49,6 +50,8 @@ PATH_KINDS: dict[tuple[str, str], str] = {
     ("protocol amend", "child"): "file-in",
     ("protocol amend", "key"): "file-in",
     ("protocol amend", "registry"): "file-out",
+    ("judge build", "out"): "dir-out",
+    ("judge build", "games_dir"): "dir-out",
     ("policy build", "protocol"): "file-in",
     ("policy build", "out"): "dir-out",
     ("policy hashes", "path"): "dir-in",
@@ -69,6 +72,7 @@ BASE: dict[str, dict[str, str]] = {
     "export": {"run": "run", "out": "out.parquet"},
     "report": {"run": "run"},
     "protocol pin": {"path": "proto.yaml"},
+    "judge build": {"out": "judge-out"},
     "protocol migrate": {"old": "proto.yaml", "new": "new.yaml"},
     "protocol id": {"path": "proto.yaml"},
     "protocol freeze": {"path": "run/protocol.yaml", "key": "run/keys/creditaudit.key"},
@@ -88,6 +92,9 @@ OTHER_VALUES: dict[tuple[str, str], list[str]] = {
     ("replay", "workers"): ["-2", "0", "two"],
     ("replay", "executor"): ["threads"],
     ("calibrate", "tasks"): ["-1", "19", "10001", "many"],
+    ("judge build", "seed"): ["-1", "seed"],
+    ("judge build", "threads"): ["0", "two"],
+    ("judge build", "workers"): ["0", "two"],
 }
 
 FILE, DIR = "a-file", "a-dir"

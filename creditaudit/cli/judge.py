@@ -21,7 +21,7 @@ judge_app = typer.Typer(
 @judge_app.command("build")
 def build_command(
     out: Path = typer.Option(..., "--out", help="Model directory to write (config.json, model.safetensors, tokenizer)."),
-    seed: int = typer.Option(0, "--seed", help="Build seed (the shipped model is seed 0)."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Build seed (the shipped model is seed 0)."),
     threads: int | None = typer.Option(None, "--threads", min=1,
                                        help="Torch threads (default: up to 2; the weights' last bits may depend on it)."),
     workers: int | None = typer.Option(None, "--workers", min=1, help="Engine processes for games and rollouts."),
@@ -33,6 +33,8 @@ def build_command(
     from creditaudit.cli.paths import dir_to_write
     from creditaudit.signals.families.judge_build import JudgeBuild, build_judge_model
 
+    if games_dir is not None:
+        dir_to_write(games_dir, "--games-dir")
     target = dir_to_write(out, "--out")
     with progress_bars(enabled=not quiet) as update:
         record = build_judge_model(target, JudgeBuild(seed=seed), games_dir=games_dir, threads=threads,
