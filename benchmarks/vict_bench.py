@@ -43,7 +43,8 @@ def _prepare(run: Path, tasks: int, group: int) -> Path:
         overrides = {"environment": {"generator": {"games_per_type": max(1, -(-tasks // 6))}},
                      "collection": {"n_tasks": tasks, "group_size": group},
                      "signals": [{"name": "grpo", "family": "grpo"}, {"name": "vict", "family": "vict"}],
-                     "controls": [{"name": "random", "kind": "random", "null_control": True}],
+                     "controls": [{"name": "random", "kind": "random", "null_control": True},
+                                  {"name": "uniform", "kind": "uniform", "null_control": True}],
                      "router": None}
         text = demo_protocol_text(overrides)
         protocol_path.write_text(text, "utf-8")
