@@ -44,7 +44,9 @@ def _prepare(run: Path, tasks: int, group: int) -> Path:
                      "collection": {"n_tasks": tasks, "group_size": group},
                      "signals": [{"name": "grpo", "family": "grpo"}, {"name": "vict", "family": "vict"}],
                      "controls": [{"name": "random", "kind": "random", "null_control": True},
-                                  {"name": "uniform", "kind": "uniform", "null_control": True}],
+                                  {"name": "uniform", "kind": "uniform", "null_control": True},
+                                  {"name": "shuffle-grpo", "kind": "shuffle", "of": "grpo"},
+                                  {"name": "shuffle-vict", "kind": "shuffle", "of": "vict"}],
                      "router": None}
         text = demo_protocol_text(overrides)
         protocol_path.write_text(text, "utf-8")
