@@ -1,6 +1,6 @@
 """How often does VICT correct an action? Its nonzero-correction share on the shipped default policy.
 
-    python benchmarks/vict_bench.py [--run DIR] [--tasks 12] [--group 8] [--out FILE]
+    python benchmarks/vict_bench.py --tasks 8 --group 8   # the committed results/vict_bench.json
 
 Workload: the default template's VICT (and its base advantage, GRPO) on ``--tasks`` generated
 ALFWorld tasks x ``--group`` rollouts of the shipped default policy at the protocol's horizon of 50

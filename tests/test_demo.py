@@ -35,6 +35,7 @@ def test_demo_runs_end_to_end_and_resumes_to_the_same_ledger(tiny_alfworld_polic
     overrides = {
         **DEMO_OVERRIDES,
         "environment": {"generator": {"games_per_type": 1, "max_objects": 10, "max_receptacles": 8}, "horizon": 5},
+        "collection": {"n_tasks": 2, "group_size": 2},
         "replay": {"n_alternatives": 2, "turns_per_trajectory": 3},
         "statistics": {"bootstrap_iterations": 500},
     }
