@@ -11,44 +11,20 @@ the signals stage with exit 1 naming the plugin.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 import yaml
 
+from example_dists import ROOT, creditaudit, install, run_stages
+
 from creditaudit.errors import InputError
 from creditaudit.signals.base import FAMILY_CONTRACT_VERSION, FamilyBase, check_contract, family_traits
 
-ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "creditaudit-example-family"
 MODULE = Path("creditaudit_example_family") / "novelty.py"
-
-
-def _install(source: Path, target: Path) -> None:
-    """``pip install`` the example from a copy (pip builds in the source tree) into ``target``."""
-    copy = target.parent / f"{target.name}-src"
-    shutil.copytree(source, copy, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    result = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation",
-                             "--no-index", "--quiet", "--target", str(target), str(copy)],
-                            capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr
-
-
-def _env(site: Path) -> dict[str, str]:
-    """The environment of a fresh process that sees the installed example (and this source tree)."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(site), str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    return env
-
-
-def _creditaudit(site: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "creditaudit", *args], capture_output=True, text=True,
-                          env=_env(site), cwd=cwd, timeout=600)
 
 
 # ----------------------------------------------------------------------------- the contract's version
@@ -88,32 +64,6 @@ def test_the_example_family_credits_new_places_and_penalises_returns():
 
 # ----------------------------------------------------------------------------- end to end
 
-PIPELINE = textwrap.dedent('''
-    import json, sys
-    from creditaudit.cli import main
-
-    if __name__ == "__main__":  # replay's worker processes must not run the pipeline again
-        run = sys.argv[1]
-        steps = [["protocol", "pin", f"{run}/protocol.yaml"], ["protocol", "keygen", "--out", f"{run}/keys"],
-                 ["protocol", "freeze", f"{run}/protocol.yaml"], ["collect", "--run", run, "--quiet"],
-                 ["replay", "--run", run, "--quiet"], ["signals", "--run", run, "--quiet"], ["audit", "--run", run]]
-        codes = []
-        for step in steps:
-            try:
-                main(step)
-                code = 0
-            except SystemExit as exc:
-                code = exc.code
-            codes.append(code)
-            if code != 0:
-                break
-        from creditaudit import plugins
-        novelty = plugins.get("family", "novelty")
-        print("RESULT " + json.dumps({"codes": codes, "distribution": novelty.distribution,
-                                      "version": novelty.version, "target": novelty.target}))
-''')
-
-
 def _protocol(policy_dir: Path, *, n_tasks: int, group: int, penalty: float) -> str:
     from creditaudit.protocol.io import default_template_text
 
@@ -137,7 +87,7 @@ def _protocol(policy_dir: Path, *, n_tasks: int, group: int, penalty: float) -> 
 @pytest.mark.slow
 def test_the_installed_example_is_audited_end_to_end_and_pinned(tmp_path, planted_policy_dir):
     site = tmp_path / "site"
-    _install(EXAMPLE, site)
+    install(EXAMPLE, site)
     info = next(site.glob("creditaudit_example_family-*.dist-info"))
     assert "novelty = creditaudit_example_family.novelty:novelty_family" in (info / "entry_points.txt").read_text()
 
@@ -145,12 +95,8 @@ def test_the_installed_example_is_audited_end_to_end_and_pinned(tmp_path, plante
     run.mkdir()
     shutil.copytree(planted_policy_dir, run / "policy")
     (run / "protocol.yaml").write_text(_protocol(planted_policy_dir, n_tasks=5, group=2, penalty=0.5))
-    result = subprocess.run([sys.executable, "-c", PIPELINE, str(run)], capture_output=True, text=True,
-                            env=_env(site), timeout=600)
-    lines = [ln for ln in result.stdout.splitlines() if ln.startswith("RESULT ")]
-    assert result.returncode == 0 and lines, result.stderr[-3000:]
-    outcome = json.loads(lines[-1][len("RESULT "):])
-    assert outcome["codes"] == [0] * 7, (outcome, result.stderr[-3000:])
+    outcome, stderr = run_stages(site, run, ("family", "novelty"))
+    assert outcome["codes"] == [0] * 7, (outcome, stderr[-3000:])
     # discovered from the installed dist-info, not from the source tree
     assert (outcome["distribution"], outcome["version"]) == ("creditaudit-example-family", "0.1.0")
 
@@ -194,7 +140,7 @@ def test_the_installed_example_is_audited_end_to_end_and_pinned(tmp_path, plante
     original = module.read_text()
     module.write_text(original.replace("credit.append(-revisit_penalty if key in seen else 1.0)",
                                        "credit.append(1.0)"))
-    result = _creditaudit(site, "signals", "--run", str(run), "--quiet")
+    result = creditaudit(site, "signals", "--run", str(run), "--quiet")
     assert result.returncode == 1, result.stderr
     assert "family plugin 'novelty' (creditaudit-example-family 0.1.0)" in result.stderr
     assert "changed after the protocol was pinned" in result.stderr
@@ -203,7 +149,7 @@ def test_the_installed_example_is_audited_end_to_end_and_pinned(tmp_path, plante
     # (a) the distribution uninstalled: the signals stage stops, naming it and what to install
     shutil.rmtree(info)
     shutil.rmtree(site / "creditaudit_example_family")
-    result = _creditaudit(site, "signals", "--run", str(run), "--quiet")
+    result = creditaudit(site, "signals", "--run", str(run), "--quiet")
     assert result.returncode == 1, result.stderr
     assert ("family plugin 'novelty' (creditaudit-example-family 0.1.0) is pinned but not installed; install "
             "creditaudit-example-family==0.1.0") in result.stderr
@@ -216,12 +162,12 @@ def test_an_installed_plugin_written_for_another_contract_version_cannot_be_pinn
     module = source / MODULE
     module.write_text(module.read_text().replace("contract_version = 1 ", f"contract_version = {FAMILY_CONTRACT_VERSION + 1} "))
     site = tmp_path / "site"
-    _install(source, site)
+    install(source, site)
     run = tmp_path / "run"
     run.mkdir()
     shutil.copytree(planted_policy_dir, run / "policy")
     (run / "protocol.yaml").write_text(_protocol(planted_policy_dir, n_tasks=2, group=2, penalty=1.0))
-    result = _creditaudit(site, "protocol", "pin", str(run / "protocol.yaml"))
+    result = creditaudit(site, "protocol", "pin", str(run / "protocol.yaml"))
     assert result.returncode == 2, result.stderr
     assert (f"family 'novelty' (creditaudit-example-family 0.1.0): written for family contract version "
             f"{FAMILY_CONTRACT_VERSION + 1}") in result.stderr
