@@ -222,7 +222,17 @@ class Plugin:
                 f"{self.kind} {self.name!r}: its factory {self.target} ({self.distribution}) must take the "
                 f"parameter(s) {', '.join(missing)}, which the toolkit passes itself"
             )
-        return self.factory(**values, **reserved)
+        try:
+            return self.factory(**values, **reserved)
+        except InputError:
+            raise
+        except Exception as exc:  # noqa: BLE001 -- any failure of a plugin's own checks names the plugin
+            message = str(exc)
+            if not message.startswith(f"{self.kind} {self.name!r}"):
+                message = f"{self.kind} {self.name!r} ({self.distribution} {self.version}): {message}"
+            if not isinstance(exc, ValueError):
+                message += f" ({type(exc).__name__} raised by its factory {self.target})"
+            raise InputError(message) from exc
 
     def pin(self) -> dict[str, str]:
         """``{kind, name, distribution, version, source_sha256}`` of the installed plugin."""

@@ -173,3 +173,44 @@ def test_an_unpinned_third_party_plugin_cannot_be_frozen(tmp_path, third_party, 
     with pytest.raises(InputError, match=r"third-party plugin\(s\) family 'tp_length' \(tp-credit\) are not pinned"):
         freeze(path, signer, check_inputs=False)
     assert not (tmp_path / "protocol.lock.json").exists()
+
+
+BROKEN_ENV_SOURCE = '''
+def broken_environment(horizon: int = 10, mode: str = "value"):
+    if mode == "value":
+        raise ValueError("mode 'value' is not supported; choose 'ok'")
+    raise TypeError("an internal mistake of the plugin")
+'''
+
+
+def test_a_factory_that_fails_exits_2_naming_the_plugin_not_a_traceback(tmp_path, monkeypatch, capsys):
+    import yaml
+
+    from creditaudit.cli import main
+    from creditaudit.protocol.io import default_template_text
+
+    site = tmp_path / "site"
+    write_distribution(site, "tp-env", "0.2.0", {"tp_env": BROKEN_ENV_SOURCE},
+                       {"creditaudit.environments": {"broken": "tp_env:broken_environment"}})
+    monkeypatch.syspath_prepend(str(site))
+    plugins.reload()
+    try:
+        with pytest.raises(InputError, match=r"^environment 'broken' \(tp-env 0\.2\.0\): mode 'value' is not "
+                                             r"supported; choose 'ok'$"):
+            plugins.get("environment", "broken").create({}, horizon=10)
+        with pytest.raises(InputError, match=r"an internal mistake of the plugin \(TypeError raised by its factory "
+                                             r"tp_env:broken_environment\)"):
+            plugins.get("environment", "broken").create({"mode": "type"}, horizon=10)
+        for mode in ("value", "type"):
+            data = yaml.safe_load(default_template_text())
+            data["environment"] = {"name": "broken", "horizon": 10, "args": {"mode": mode}}
+            path = tmp_path / f"{mode}.yaml"
+            path.write_text(yaml.safe_dump(data, sort_keys=False))
+            with pytest.raises(SystemExit) as exc:
+                main(["protocol", "id", str(path)])
+            assert exc.value.code == 2
+            err = capsys.readouterr().err
+            assert "environment 'broken' (tp-env 0.2.0)" in err and "Traceback" not in err
+    finally:
+        sys.modules.pop("tp_env", None)
+        plugins.reload()
