@@ -197,8 +197,8 @@ class EnvironmentSection(_Model):
 
     name: Name = "alfworld"
     """The environment plugin (entry-point group ``creditaudit.environments``): a built-in
-    (``alfworld``: the real ALFWorld engine; ``planted``: the planted-effect environment) or a third
-    party's."""
+    (``alfworld``: the real ALFWorld engine; ``planted``: the planted-effect environment;
+    ``scienceworld``: ScienceWorld, extra ``[scienceworld]``) or a third party's."""
     source: Literal["generated", "directory"] = "generated"
     """``generated``: tasks made after the freeze (ALFWorld games by the offline generator, or the
     environment's own task list); ``directory``: the user's ALFWorld data directory, with every game

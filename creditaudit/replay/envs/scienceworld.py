@@ -23,7 +23,11 @@ Mapping onto the contract
 - **outcome**: won when the task's score reaches 100 (its full score); the engine ends the episode
   on completion or failure (a negative score). The partial score (0--100) is kept as a diagnostic:
   :attr:`ScienceWorldTask.score` after every step (:func:`replay_score` re-executes a trajectory).
-- **expert**: the engine's gold action sequence (:meth:`ScienceWorldTask.expert_actions`).
+- **expert**: the engine's gold action sequence (:meth:`ScienceWorldTask.expert_actions`), to be
+  played verbatim: the engine's parser takes its wording ("move egg blue jay egg in inventory to
+  orange box") where the valid-combination list names the same act otherwise, and under ``easy``
+  it opens doors that are already open (a wasted step). The admissible list is what replay draws
+  alternatives from, not everything the engine understands.
 
 Determinism
 -----------
@@ -200,7 +204,7 @@ class ScienceWorldTask:
         return out
 
     def expert_actions(self, task: Task) -> list[str]:
-        """The engine's gold action sequence for ``task`` (ScienceWorld's expert)."""
+        """The engine's gold action sequence for ``task`` (ScienceWorld's expert; play it verbatim)."""
         engine = self._load(task.params["task"], task.params["variation"], gold=True)
         return list(engine.get_gold_action_sequence())
 

@@ -12,7 +12,7 @@ pytest.importorskip("scienceworld")
 from creditaudit import plugins  # noqa: E402
 from creditaudit.errors import InputError  # noqa: E402
 from creditaudit.replay.determinism import check_determinism, check_restore, random_actions  # noqa: E402
-from creditaudit.replay.envs.scienceworld import java_command  # noqa: E402
+from creditaudit.replay.envs.scienceworld import java_command, replay_score  # noqa: E402
 
 TASKS = ["lifespan-longest-lived", "find-non-living-thing"]
 
@@ -71,11 +71,13 @@ def test_the_gold_path_wins_with_the_full_score_and_a_wrong_focus_fails():
         obs = env.reset(task)
         assert obs.goal.startswith("Your task is to find a(n) non-living thing")
         assert obs.admissible == tuple(sorted(set(obs.admissible))) and "look around" in obs.admissible
-        for action in gold:
-            if action in env._admissible():  # doors the `easy` simplification opened already
-                result = env.step(action)
+        for action in gold:  # verbatim: the engine takes the gold path's wording
+            result = env.step(action)
+            if result.done:
+                break
         assert (result.done, result.won, env.score) == (True, True, 100)
         assert result.outcome == 1
+        assert replay_score(env, task, gold[:2]) < 100 == replay_score(env, task, gold)
         # focusing on a living thing ends the task failed (negative score): an egg, outside
         env.reset(task)
         assert env.step("teleport to outside").text == "You teleport to the outside."
