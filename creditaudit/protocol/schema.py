@@ -376,6 +376,10 @@ class PolicySection(_Model):
     """Sampling temperature of rollouts."""
     history_length: int = Field(2, ge=0, le=100)
     """Past (observation, action) turns shown in the prompt."""
+    list_admissible: Annotated[bool, ADDED_LATER] = True
+    """List the admissible commands in the prompt. False leaves the line out, for an environment
+    whose states offer hundreds of commands (ScienceWorld: up to ~1,000, most of a prompt's tokens);
+    under ``decoding: admissible`` or ``constrained`` the policy still draws among them."""
     max_action_tokens: int = Field(12, ge=1, le=256)
     """Maximum generated tokens per action."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"

@@ -106,6 +106,7 @@ def load_run_policy(frozen: FrozenProtocol, **kwargs: Any):
             directory, section.server, cache_dir=frozen.run_dir / "policy_cache", record_dir=frozen.run_dir,
             history_length=section.history_length, max_action_tokens=section.max_action_tokens,
             decoding=section.decoding, instruction=environment_plugin(frozen.protocol).prompt.instruction,
+            list_admissible=section.list_admissible,
         )
     return load_policy(
         directory,
@@ -114,6 +115,7 @@ def load_run_policy(frozen: FrozenProtocol, **kwargs: Any):
         max_action_tokens=section.max_action_tokens,
         decoding=section.decoding,
         instruction=environment_plugin(frozen.protocol).prompt.instruction,
+        list_admissible=section.list_admissible,
         **kwargs,
     )
 

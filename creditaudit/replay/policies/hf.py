@@ -101,6 +101,7 @@ class HFPolicy(CandidateDecoding):
         source: str | None = None,
         decoding: str = "free",
         instruction: str | None = None,
+        list_admissible: bool = True,
     ):
         torch = _torch()
         if decoding not in DECODINGS:
@@ -116,7 +117,7 @@ class HFPolicy(CandidateDecoding):
         self.max_action_tokens = int(max_action_tokens)
         self.batch_size = int(batch_size)
         self.prompt_builder = PromptBuilder(tokenizer, history_length=history_length, use_chat_template=use_chat_template,
-                                            instruction=instruction)
+                                            instruction=instruction, list_admissible=list_admissible)
         if tokenizer.eos_token_id is None:
             raise InputError(
                 f"the tokenizer of policy {self.source!r} has no end-of-sequence token, so an action cannot "
@@ -159,6 +160,7 @@ class HFPolicy(CandidateDecoding):
         batch_size: int = 32,
         decoding: str = "free",
         instruction: str | None = None,
+        list_admissible: bool = True,
     ) -> HFPolicy:
         """Load a policy from a local model directory (never from the hub).
 
@@ -233,6 +235,7 @@ class HFPolicy(CandidateDecoding):
             source=str(root),
             decoding=decoding,
             instruction=instruction,
+            list_admissible=list_admissible,
         )
 
     # ---------------------------------------------------------------- token sets

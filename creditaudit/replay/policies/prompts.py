@@ -54,6 +54,16 @@ _BODY_TEMPLATE = (
     "task: {goal}\n"
     "{hindsight}"
 )
+# The body when the admissible commands are not listed (``list_admissible=False``: an environment
+# with hundreds of commands per state, such as ScienceWorld, whose list would be most of the prompt;
+# under ``decoding: admissible`` the policy still draws among them).
+_BODY_TEMPLATE_UNLISTED = (
+    "{instruction}\n"
+    "{history}"
+    "observation: {observation}\n"
+    "task: {goal}\n"
+    "{hindsight}"
+)
 _HISTORY_TEMPLATE = "observation: {observation}\naction: {action}\n"
 _HINDSIGHT_TEMPLATE = "outcome: {hindsight}\n"
 _ADMISSIBLE_SEPARATOR = " | "
@@ -79,6 +89,9 @@ class PromptBuilder:
     use_chat_template : {"auto", True, False}, default "auto"
         ``"auto"`` uses the tokenizer's chat template when it has one; ``True`` requires one;
         ``False`` always uses the plain template.
+    list_admissible : bool, default True
+        List the admissible commands in the prompt (the protocol's ``policy.list_admissible``);
+        False leaves the line out.
 
     Notes
     -----
@@ -103,7 +116,10 @@ class PromptBuilder:
     """
 
     def __init__(self, tokenizer: Any = None, *, history_length: int = 2, use_chat_template: bool | str = "auto",
-                 instruction: str | None = None):
+                 instruction: str | None = None, list_admissible: bool = True):
+        if not isinstance(list_admissible, bool):
+            raise ValueError(f"`list_admissible` must be True or False; got {list_admissible!r}")
+        self.list_admissible = list_admissible
         if instruction is None:
             instruction = GENERIC_INSTRUCTION
         if not isinstance(instruction, str) or not instruction.strip() or "\n" in instruction:
@@ -139,6 +155,8 @@ class PromptBuilder:
             "plain_cue": _PLAIN_CUE if self.mode == "plain" else None,
             "chat_template_sha256": chat_template_sha256(self.chat_template),
             "history_length": self.history_length,
+            # only when not the default, so every earlier template keeps its hash
+            **({} if self.list_admissible else {"body": _BODY_TEMPLATE_UNLISTED, "list_admissible": False}),
         }
 
     @property
@@ -160,7 +178,7 @@ class PromptBuilder:
         history_text = "".join(
             _HISTORY_TEMPLATE.format(observation=_squash(t.observation), action=_squash(t.action)) for t in shown
         )
-        return _BODY_TEMPLATE.format(
+        return (_BODY_TEMPLATE if self.list_admissible else _BODY_TEMPLATE_UNLISTED).format(
             instruction=self.instruction,
             goal=_squash(goal),
             history=history_text,

@@ -156,6 +156,7 @@ class ServerPolicy(CandidateDecoding):
         source: str | None = None,
         record_dir: Path | None = None,
         instruction: str | None = None,
+        list_admissible: bool = True,
     ):
         openai = _openai()
         if decoding not in DECODINGS:
@@ -172,7 +173,7 @@ class ServerPolicy(CandidateDecoding):
         self.batch_size = int(batch_size)
         self.max_concurrency = int(max_concurrency)
         self.prompt_builder = PromptBuilder(tokenizer, history_length=history_length, use_chat_template=use_chat_template,
-                                            instruction=instruction)
+                                            instruction=instruction, list_admissible=list_admissible)
         if tokenizer.eos_token_id is None:
             raise InputError(
                 f"the tokenizer of policy {self.source!r} has no end-of-sequence token, so an action cannot "
@@ -495,7 +496,7 @@ def _short(value: Any, width: int = 80) -> str:
 def load_server_policy(directory: str | Path, server: Any, *, cache_dir: Path | None = None,
                        history_length: int = 2, max_action_tokens: int = 12, decoding: str = "free",
                        use_chat_template: bool | str = "auto", record_dir: Path | None = None,
-                       instruction: str | None = None) -> ServerPolicy:
+                       instruction: str | None = None, list_admissible: bool = True) -> ServerPolicy:
     """The policy of ``policy.source: openai``: the tokenizer from ``directory``, the model behind
     ``server`` (a :class:`~creditaudit.protocol.schema.PolicyServer`).
 
@@ -527,7 +528,7 @@ def load_server_policy(directory: str | Path, server: Any, *, cache_dir: Path | 
         max_action_tokens=max_action_tokens, use_chat_template=use_chat_template, decoding=decoding,
         batch_size=server.batch_size, max_concurrency=server.max_concurrency, max_retries=server.max_retries,
         timeout_s=server.timeout_s, cache_dir=cache_dir, served=dict(server.served), api_key_env=server.api_key_env,
-        source=str(root), record_dir=record_dir, instruction=instruction,
+        source=str(root), record_dir=record_dir, instruction=instruction, list_admissible=list_admissible,
     )
     policy._write_record()
     return policy

@@ -114,7 +114,8 @@ def hindsight_builder(policy, history_length: int):
 
     return PromptBuilder(policy.tokenizer, history_length=history_length,
                          use_chat_template=policy.prompt_builder.mode == "chat",
-                         instruction=policy.prompt_builder.instruction)
+                         instruction=policy.prompt_builder.instruction,
+                         list_admissible=policy.prompt_builder.list_admissible)
 
 
 def hindsight_prompts(trajectory: Trajectory, builder) -> list[str]:

@@ -234,6 +234,24 @@ def test_prompt_builder_injects_hindsight_and_hashes_its_settings():
         PromptBuilder(None, history_length=-1)
 
 
+def test_prompt_builder_can_leave_the_admissible_commands_out_and_hashes_that():
+    listed = PromptBuilder(None, history_length=1)
+    unlisted = PromptBuilder(None, history_length=1, list_admissible=False)
+    history = [("obs 0", "look")]
+    a = listed.build(GOAL, "now", ADMISSIBLE, history)
+    b = unlisted.build(GOAL, "now", ADMISSIBLE, history)
+    assert "admissible actions:" in a and "admissible actions:" not in b
+    assert not any(command in b for command in ADMISSIBLE if command != "look")
+    # the same prompt otherwise: the listed one with its admissible line removed
+    line = "admissible actions: " + " | ".join(ADMISSIBLE) + "\n"
+    assert a.replace(line, "") == b
+    assert unlisted.template_hash != listed.template_hash
+    assert unlisted.template_settings["list_admissible"] is False
+    assert "list_admissible" not in listed.template_settings  # earlier templates keep their hash
+    with pytest.raises(ValueError, match="`list_admissible` must be True or False"):
+        PromptBuilder(None, list_admissible="no")
+
+
 def test_prompt_builder_uses_the_chat_template_when_there_is_one():
     tok = _tokenizer()
     assert PromptBuilder(tok).mode == "plain"
