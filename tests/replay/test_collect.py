@@ -105,3 +105,24 @@ def test_collect_refuses_shards_of_another_protocol(tmp_path, policy_dir):
     _first_shard(run, other / "collect" / "shards" / "0000.parquet")
     with pytest.raises(InputError, match="shard stamped with protocol .* a run directory never mixes protocols"):
         collect(other / "protocol.yaml", other_signer)
+
+
+def test_a_policy_that_does_not_list_admissible_commands_sees_prompts_without_them(tmp_path, policy_dir):
+    import yaml
+
+    from helpers import make_run
+
+    from creditaudit.protocol.io import default_template_text
+
+    policy = yaml.safe_load(default_template_text())["policy"]
+    policy.update(source="local", history_length=0, max_action_tokens=6, list_admissible=False)
+    listed, _ = make_run(tmp_path / "listed", policy_dir)
+    unlisted, _ = make_run(tmp_path / "unlisted", policy_dir, sections={"policy": policy})
+    a = read_trajectories(require_frozen(listed / "protocol.yaml")).to_pydict()
+    b = read_trajectories(require_frozen(unlisted / "protocol.yaml")).to_pydict()
+    assert all("admissible actions: " in p for p in a["prompt"])
+    assert not any("admissible actions" in p for p in b["prompt"])
+    assert set(a["prompt_template_sha256"]).isdisjoint(set(b["prompt_template_sha256"]))
+    assert all(b["action_admissible"])  # the policy still draws among the admissible commands
+    assert require_frozen(unlisted / "protocol.yaml").protocol.policy.list_admissible is False
+    assert require_frozen(listed / "protocol.yaml").protocol.policy.list_admissible is True
