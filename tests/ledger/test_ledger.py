@@ -153,10 +153,14 @@ def test_regenerate_refuses_two_different_computations_and_keeps_the_ledger(ledg
     run = copy_run(ledgered_run[0])
     good = (run / LEDGER_JSON).read_bytes()
     ledger = parse_ledger(good, source="t")
+    (share,) = [e.value for e in ledger.entries if e.name == "measurability.share_pivotal"]
+    other = share + 0.125 if share < 0.5 else share - 0.125  # differs from the run's value
     changed = ledger.model_copy(update={"entries": [
-        e.model_copy(update={"value": 0.5, "text": "0.500"}) if e.name == "measurability.share_pivotal" else e
-        for e in ledger.entries]})
+        e.model_copy(update={"value": other, "text": f"{other:.3f}"}) if e.name == "measurability.share_pivotal"
+        else e for e in ledger.entries]})
     from creditaudit.ledger.model import ledger_bytes
+
+    assert ledger_bytes(changed) != good
 
     monkeypatch.setattr(build, "compute_in_fresh_processes", lambda run_dir, n=2: [good, ledger_bytes(changed)])
     with pytest.raises(CheckFailed, match=r"not byte-identical.*entry measurability.share_pivotal differs"):
