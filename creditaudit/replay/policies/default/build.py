@@ -157,6 +157,16 @@ class Deterministic:
         torch.use_deterministic_algorithms(self._prev[1])
 
 
+def _demonstration_record(demos: Any) -> dict[str, int]:
+    return {
+        "examples": len(demos.examples),
+        "targets": sum(ex.target for ex in demos.examples),
+        "mistakes": demos.mistakes,
+        "episodes": demos.episodes,
+        "episodes_won": demos.episodes_won,
+    }
+
+
 def build_default_policy(
     out_dir: str | Path,
     build: Any = None,
@@ -175,6 +185,7 @@ def build_default_policy(
     decoding: str = "admissible",
     context_weight: float = CONTEXT_LOSS_WEIGHT,
     demo_workers: int = DEMO_WORKERS,
+    train: bool = True,
     progress: Callable[[str, int, int], None] | None = None,
 ) -> dict[str, Any]:
     """Build, save and (optionally) measure the embedded default policy.
@@ -218,6 +229,11 @@ def build_default_policy(
         default ``env_factory``; the result does not depend on it). They are started with ``spawn``: a script that calls
         this must do so under ``if __name__ == "__main__":`` (or pass 1), as with
         ``multiprocessing`` anywhere.
+    train : bool, default True
+        False stops before the model: only the tokenizer and the record of the games and
+        demonstrations are written (no weights, no ``training``, no evaluation) -- the part of the
+        build that does not depend on the CPU's kernels, checked in a minute where training takes
+        tens (a CPU without native bfloat16).
     progress : callable, optional
         ``progress(stage, done, total)``.
 
@@ -299,6 +315,12 @@ def build_default_policy(
             texts = [ex.prompt for ex in demos.examples] + [ex.action for ex in demos.examples]
             vocabulary = build_vocabulary(texts)
             tokenizer = build_tokenizer(vocabulary)
+            if not train:
+                out.mkdir(parents=True, exist_ok=True)
+                tokenizer.save_pretrained(out)
+                return {"build": args, "vocab_size": len(vocabulary),
+                        "train_games": [task_of(g).task_id for g in train_games],
+                        "demonstrations": _demonstration_record(demos), "timings_s": timings}
             model = build_model(
                 len(vocabulary), tokenizer,
                 hidden_size=int(args["hidden_size"]), num_layers=int(args["num_layers"]),
@@ -326,13 +348,7 @@ def build_default_policy(
             "vocab_size": len(vocabulary),
             "parameters": int(sum(p.numel() for p in model.parameters())),
             "train_games": [task_of(g).task_id for g in train_games],
-            "demonstrations": {
-                "examples": len(demos.examples),
-                "targets": sum(ex.target for ex in demos.examples),
-                "mistakes": demos.mistakes,
-                "episodes": demos.episodes,
-                "episodes_won": demos.episodes_won,
-            },
+            "demonstrations": _demonstration_record(demos),
             "training": training,
             "threads": threads,
             "context_weight": context_weight,
