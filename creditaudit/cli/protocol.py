@@ -13,6 +13,7 @@ import typer
 from creditaudit.artifacts import write_bytes_atomic
 from creditaudit.cli.paths import dir_to_write, existing_file, file_to_write
 from creditaudit.errors import CheckFailed, InputError
+from creditaudit.protocol.hub import is_hub_path
 from creditaudit.protocol.inputs import policy_pins
 from creditaudit.protocol.io import default_template_text, load_protocol, parse_protocol
 from creditaudit.protocol.lock import amend, freeze, lock_path_for, verify
@@ -44,8 +45,9 @@ def render_template(policy: Path | None = None, protocol_dir: Path | None = None
     text = pin_policy_text(text, policy)
     base = (protocol_dir or Path.cwd()).resolve()
     rel = Path(os.path.relpath(policy.resolve(), base)).as_posix()
-    old = "  path: policy                 # relative to this file's directory unless absolute\n"
-    text = text.replace(old, f"  path: {json.dumps(rel)}  # relative to this file's directory unless absolute\n")
+    text, n = re.subn(r"(?m)^  path: policy(?= )", lambda _m: f"  path: {json.dumps(rel)}", text, count=1)
+    if n != 1:  # pragma: no cover - the shipped template has the line
+        raise AssertionError("the default template has no `  path: policy` line")
     parse_protocol(text, source="template")  # the rendered template must validate
     return text
 
@@ -88,6 +90,21 @@ def pin_policy_text(text: str, policy: Path) -> str:
     text = text.replace(_PIN_LINES[1], _yaml_map("tokenizer_files", pins["tokenizer_files"]))
     chat = pins["chat_template_sha256"]
     return text.replace(_PIN_LINES[2], f"  chat_template_sha256: {chat if chat else 'null'}\n")
+
+
+def pin_hub_revision_text(text: str, hub_path: str, snapshot: Path) -> tuple[str, str]:
+    """``text`` with ``policy.path: hf://ORG/NAME@REVISION`` naming the commit of the cached
+    ``snapshot`` it resolved to (a branch or tag can move; a commit names these files)."""
+    from creditaudit.protocol.hub import parse_hub_path
+
+    commit = snapshot.name
+    pinned = parse_hub_path(hub_path).text(commit)
+    if pinned != hub_path:
+        if text.count(hub_path) != 1:
+            raise InputError(f"policy.path {hub_path!r} appears {text.count(hub_path)} times in the protocol text; "
+                             f"write the commit yourself: {pinned}")
+        text = text.replace(hub_path, pinned)
+    return text, commit
 
 
 _PLUGINS_LINE = re.compile(r"(?m)^plugins:[ \t]*\[\][ \t]*(#.*)?$")
@@ -182,6 +199,9 @@ def pin_command(
         directory = policy or policy_dir(protocol, path)
         text = pin_policy_text(text, directory)
         said.append(f"the files of {directory}")
+        if policy is None and is_hub_path(protocol.policy.path):
+            text, commit = pin_hub_revision_text(text, protocol.policy.path, directory)
+            said.append(f"{protocol.policy.path}'s commit {commit}")
     elif policy is not None:
         raise InputError(f"{path}: the policy is already pinned; `--policy` pins only an unpinned one")
     if not protocol.plugins:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from creditaudit.errors import CheckFailed
 from creditaudit.protocol.canonical import sha256_file
+from creditaudit.protocol.hub import is_hub_path
 from creditaudit.protocol.links import LinkRecord, verify_links
 from creditaudit.protocol.lock import FrozenProtocol, lock_path_for, policy_dir, registry_path_for
 
@@ -67,7 +68,8 @@ def chain_roots(frozen: FrozenProtocol) -> dict[str, str]:
         if rel is not None and path.is_file():
             roots[rel] = sha256_file(path)
     protocol = frozen.protocol
-    directory = _rel(run_dir, policy_dir(protocol, frozen.path))
+    # a hub checkpoint lives in the Hugging Face cache, outside the run, like any absolute path
+    directory = None if is_hub_path(protocol.policy.path) else _rel(run_dir, policy_dir(protocol, frozen.path))
     if directory is not None:  # pinned policy files: the pins are the digests
         for name, digest in {**protocol.policy.model_files, **protocol.policy.tokenizer_files}.items():
             roots[name if directory == "." else f"{directory}/{name}"] = digest

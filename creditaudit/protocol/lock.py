@@ -132,7 +132,13 @@ def registry_path_for(protocol_path: str | Path) -> Path:
 
 
 def policy_dir(protocol: Protocol, protocol_path: str | Path) -> Path:
-    """The policy directory, resolved relative to the protocol file's directory."""
+    """The policy directory, resolved relative to the protocol file's directory; for
+    ``hf://ORG/NAME@REVISION``, its snapshot in the local Hugging Face cache
+    (:mod:`creditaudit.protocol.hub`)."""
+    from creditaudit.protocol.hub import is_hub_path, resolve_hub_path
+
+    if is_hub_path(protocol.policy.path):
+        return resolve_hub_path(protocol.policy.path)[0]
     path = Path(protocol.policy.path)
     return path if path.is_absolute() else Path(protocol_path).parent / path
 
@@ -240,9 +246,16 @@ def input_problems(protocol: Protocol, protocol_path: Path) -> list[str]:
             "policy.model_files: no policy files are pinned; run `creditaudit policy build` (builtin) and "
             "`creditaudit protocol init --policy DIR`, or fill the hashes of a local model directory"
         ]
+    from creditaudit.protocol.hub import is_commit, is_hub_path, parse_hub_path
+
+    problems = []
+    if is_hub_path(pinned.path) and not is_commit(revision := parse_hub_path(pinned.path).revision):
+        problems.append(
+            f"policy.path: revision {revision!r} is a branch or tag, which can move; name the commit "
+            "(`creditaudit protocol pin` writes the one it resolves to in the local cache)"
+        )
     directory = policy_dir(protocol, protocol_path)
     actual = policy_pins(directory)
-    problems = []
     for group in ("model_files", "tokenizer_files"):
         expected, found = getattr(pinned, group), actual[group]
         for name in sorted(set(expected) | set(found)):
@@ -508,7 +521,10 @@ def verify(
 
     # 5. pinned inputs
     if check_inputs:
-        directory = policy_dir(current, protocol_path)
+        try:
+            directory = policy_dir(current, protocol_path)
+        except InputError:  # a hub checkpoint absent from this machine's cache
+            directory = Path(current.policy.path)
         if directory.is_dir():
             report.failures += input_problems(current, protocol_path)
         else:

@@ -360,7 +360,10 @@ class PolicySection(_Model):
     causal LM directory ``from_pretrained`` loads (Qwen2.5, Llama 3.1 ...); ``openai``: the model in
     ``path`` served by an OpenAI-compatible server (:class:`PolicyServer`, section ``server``)."""
     path: str = "policy"
-    """Model directory, relative to the protocol file's directory unless absolute."""
+    """Model directory, relative to the protocol file's directory unless absolute; or
+    ``hf://ORG/NAME@REVISION``, a checkpoint in the local Hugging Face cache (never downloaded;
+    ``protocol pin`` replaces a branch or tag by its commit, and freezing needs a commit —
+    :mod:`creditaudit.protocol.hub`)."""
     server: Annotated[PolicyServer | None, ADDED_LATER] = None
     """The inference server (``source: openai`` only)."""
     model_files: dict[str, Sha256] = Field(default_factory=dict)
@@ -396,6 +399,17 @@ class PolicySection(_Model):
 
     @model_validator(mode="after")
     def _server_iff_openai(self) -> PolicySection:
+        from creditaudit.errors import InputError
+        from creditaudit.protocol.hub import is_hub_path, parse_hub_path
+
+        if is_hub_path(self.path):
+            if self.source == "builtin":
+                raise ValueError(f"policy.path {self.path!r} names a hub checkpoint but policy.source is 'builtin' "
+                                 "(built into a directory): set source: local (or openai)")
+            try:
+                parse_hub_path(self.path)
+            except InputError as exc:
+                raise ValueError(str(exc)) from None
         if self.source == "openai" and self.server is None:
             raise ValueError("policy.source is 'openai': set policy.server (endpoint, model)")
         if self.source != "openai" and self.server is not None:
