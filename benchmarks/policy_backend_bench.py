@@ -1,6 +1,6 @@
 """In-process policy backend vs the ``openai`` (server) backend on the same policy work.
 
-Regenerate the committed figures (CPU, the tiny planted policy the tests build, ~6 minutes):
+Regenerate the committed figures (CPU, the tiny planted policy the tests build, ~10 minutes):
 
     python benchmarks/policy_backend_bench.py --out benchmarks/results/policy_backend_bench.json
 
@@ -18,13 +18,24 @@ commands. Two parts:
   largest difference of a token log-probability from the in-process one.
 * **free decoding** (greedy draws of ``--max-tokens`` tokens): ``HFPolicy.sample`` in process vs
   ``ServerPolicy.generate`` against ``transformers serve`` (skipped with ``--endpoint``).
+* **replay** (``--replay-tasks`` tasks x 2 rollouts of the planted environment, the tests' run,
+  replayed end to end by ``run_replay``): the in-process backend inline (one process) and on local
+  worker processes; the Ray topology (``--executor ray`` on a Ray instance started here: environment
+  workers and one policy-service actor), one request at a time and with ``compute.merge_requests``;
+  and the ``openai`` backend inline against the reference server. Rollouts per second; for Ray the
+  service's requests per second and mean rows per forward pass (its counters), for the server the
+  requests the replay sent (entries of the run's response cache). ``identical_to_inline``: whether
+  the replay tables' bytes equal the inline run's. Ray's own start is timed apart
+  (``ray_init_s_not_counted``); the actors' start and the policy's loading are counted. The
+  ``openai`` run's protocol differs in its policy section, so it has other seeds: a workload of the
+  same size, not the same rollouts.
 
 ``mean_rows_per_request`` is what the client sends per request (``policy.server.batch_size``
 rows, or one for a text-only server); a vLLM server's own batch (across concurrent requests) is on
 its ``/metrics``. Writes ``--out`` (JSON; no time besides the measured seconds) and prints it.
 
     python benchmarks/policy_backend_bench.py [--policy DIR] [--states N] [--endpoint URL --model NAME]
-        [--batch-size B] [--concurrency C] [--out FILE]
+        [--batch-size B] [--concurrency C] [--replay-tasks N] [--workers W] [--out FILE]
 
 Needs ``pip install -e '.[all,test]'`` (the ``openai`` client; ``transformers[serving]`` for the
 servers).
@@ -104,6 +115,75 @@ def _states(builder, n: int):
     return out[:n]
 
 
+def _replay_part(directory: Path, work: Path, endpoint: str, n_tasks: int, workers: int) -> dict:
+    """The same replay workload on every backend and topology (see the module docstring)."""
+    import pyarrow.parquet as pq
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from helpers import make_run
+
+    from creditaudit.protocol.canonical import sha256_file
+    from creditaudit.replay.stage import ROLLOUTS, TURNS, run_replay
+
+    out: dict = {"tasks": n_tasks, "group_size": 2, "workers": workers}
+    server_policy = {"source": "openai", "path": "policy", "model_files": {}, "tokenizer_files": {},
+                     "chat_template_sha256": None, "history_length": 0, "max_action_tokens": 6,
+                     "decoding": "admissible", "server": {"endpoint": endpoint, "model": "policy", "batch_size": 16}}
+    setups = [
+        ("in_process_inline", "inline", {}),
+        ("in_process_local_workers", "local", {}),
+        ("ray_policy_service", "ray", {}),
+        ("ray_policy_service_merged", "ray", {"compute": {"merge_requests": True}}),
+        ("openai_inline", "inline", {"policy": server_policy}),
+    ]
+    reference = None
+    for name, executor, sections in setups:
+        run, signer = make_run(work / name, directory, n_tasks=n_tasks, group=2, sections=sections)
+        cache = run / "policy_cache"
+        cached_before = len(list(cache.rglob("*.json"))) if cache.exists() else 0
+        ray_init_s = None
+        if executor == "ray":  # a fresh Ray instance, started outside the timed replay
+            import ray
+
+            ray.shutdown()
+            start = time.perf_counter()
+            ray.init(num_cpus=workers + 1, include_dashboard=False, log_to_driver=False)
+            ray_init_s = round(time.perf_counter() - start, 2)
+        print(f"replay: {name} ...", flush=True)
+        start = time.perf_counter()
+        summary = run_replay(run / "protocol.yaml", signer, executor=executor, workers=workers)
+        seconds = time.perf_counter() - start
+        digest = tuple(sha256_file(run / rel) for rel in (TURNS, ROLLOUTS))
+        outcomes = pq.read_table(run / ROLLOUTS).column("outcome").to_pylist()
+        if reference is None:
+            reference = (digest, outcomes)
+        row = {"seconds": round(seconds, 2), "rollouts": summary.n_rollouts,
+               "rollouts_per_s": round(summary.n_rollouts / seconds, 2)}
+        if name.startswith("openai"):
+            # its policy section gives the run another protocol id, so other seeds: another draw of
+            # trajectories of the same size, not the same rollouts
+            row["workload"] = "same size, another protocol id (other seeds)"
+        else:
+            row.update(identical_to_inline=digest == reference[0], same_outcomes_as_inline=outcomes == reference[1])
+        if ray_init_s is not None:
+            row["ray_init_s_not_counted"] = ray_init_s
+        report = summary.executor_report
+        if report.get("policy_service") == "in-process actor":
+            row.update(requests=report["requests"], requests_per_s=round(report["requests"] / seconds, 2),
+                       policy_calls=report["policy_calls"], forward_passes=report["forward_passes"],
+                       mean_rows_per_forward=round(report["mean_rows_per_forward"], 2),
+                       service_busy_share=round(report["busy_s"] / seconds, 3))
+        if name.startswith("openai"):
+            sent = len(list(cache.rglob("*.json"))) - cached_before
+            row.update(requests=sent, requests_per_s=round(sent / seconds, 2))
+        if executor == "ray":
+            import ray
+
+            ray.shutdown()
+        out[name] = row
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--policy", type=Path, default=None, help="a policy directory (default: build the tests' tiny one)")
@@ -113,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default=None, help="the served model's name (with --endpoint)")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--replay-tasks", type=int, default=24, help="tasks of the replay part (0: skip it)")
+    parser.add_argument("--workers", type=int, default=2, help="workers of the replay part (local, Ray)")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "policy_backend_bench.json")
     args = parser.parse_args(argv)
 
@@ -205,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
                                        "mean_rows_per_request": round(ts.stats["rows"] / max(ts.stats["requests"], 1), 2),
                                        "prompt_form": ts.prompt_form, "greedy_equal_to_in_process": f"{same}/{len(prompts)}"},
             }
+        if args.replay_tasks and args.endpoint is None:
+            result["replay"] = _replay_part(Path(directory), work, endpoint, args.replay_tasks, args.workers)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
         print(json.dumps(result, indent=2, sort_keys=True))

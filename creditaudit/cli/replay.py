@@ -133,7 +133,8 @@ def collect_command(
 
 def replay_command(
     run: Path = typer.Option(Path("."), "--run", help=_RUN_HELP),
-    executor: str = typer.Option("local", "--executor", help="local (worker processes), inline, or ray."),
+    executor: str = typer.Option("local", "--executor", help="local (worker processes), inline, or ray "
+                                 "(environment-worker actors and one policy service; RAY_ADDRESS joins a cluster)."),
     workers: int | None = typer.Option(None, "--workers", min=1,
                                        help="Worker processes / Ray actors, at least 1 (default: up to 2)."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress display."),
@@ -152,6 +153,14 @@ def replay_command(
         f"rollouts: {summary.divergences} prefix divergences, {summary.restore_failures} restore failures, "
         f"cache hit rate {summary.cache_hit_rate:.3f}"
     )
+    service = summary.executor_report
+    if service.get("policy_service") == "in-process actor":
+        typer.echo(
+            f"ray: {service['sessions']} environment workers on {service['worker_nodes']} node(s), one policy service: "
+            f"{service['requests']} requests in {service['policy_calls']} policy calls, "
+            f"{service['forward_passes']} forward passes of {service['mean_rows_per_forward']:.1f} rows on average"
+            + (" (requests merged: not bit-reproducible)" if service["merge_requests"] else "")
+        )
     gap = mmap["logprob_gap"]
     ci = mmap["logprob_gap_ci"]
     fmt = (lambda v: "undefined" if v is None else f"{v:.3f}")

@@ -415,7 +415,7 @@ class VerifyReport:
             lines += [f"  {c}" for c in self.changes]
         lines += [f"FAILED: {f}" for f in self.failures]
         if self.free_text_changes:
-            lines.append("free text changed (does not change the protocol id):")
+            lines.append("free text or run settings changed (not part of the protocol id):")
             lines += [f"  {c}" for c in self.free_text_changes]
         lines += [f"note: {n}" for n in self.notes]
         if self.ok:

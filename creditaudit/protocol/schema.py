@@ -41,6 +41,7 @@ __all__ = [
     "PolicyBuild",
     "CollectionSection",
     "ReplaySection",
+    "ComputeSection",
     "SignalSpec",
     "ControlSpec",
     "StatisticsSection",
@@ -415,6 +416,31 @@ class PolicySection(_Model):
         if self.source != "openai" and self.server is not None:
             raise ValueError(f"policy.server is set but policy.source is {self.source!r}: set source: openai")
         return self
+
+
+class ComputeSection(_Model):
+    """Where replay's work runs on a Ray cluster (``creditaudit replay --executor ray``): resources
+    only, never what is computed, so nothing here enters the protocol id; the lock records it.
+
+    On Ray, environment workers are CPU actors and the policy is one service that they all send
+    their requests to: for ``policy.source: openai`` the inference server itself, otherwise one
+    Ray actor holding the in-process model (:mod:`creditaudit.replay.policy_service`).
+    """
+
+    policy_gpus: Annotated[float, NON_IDENTITY] = Field(0.0, ge=0.0, le=64.0)
+    """GPUs of the policy-service actor (Ray ``num_gpus``; in-process backends). A cluster with
+    fewer is refused before any work starts."""
+    policy_cpus: Annotated[float, NON_IDENTITY] = Field(1.0, gt=0.0, le=1024.0)
+    """CPUs of the policy-service actor (Ray ``num_cpus``)."""
+    worker_cpus: Annotated[float, NON_IDENTITY] = Field(1.0, gt=0.0, le=1024.0)
+    """CPUs of each environment-worker actor (Ray ``num_cpus``)."""
+    merge_requests: Annotated[bool, NON_IDENTITY] = False
+    """``false`` (default): the service computes each worker's request as its own batch, exactly
+    as that worker would in process, so results are byte-identical to the local executor.
+    ``true``: requests pending at the same moment from different workers (same method and
+    settings) are concatenated into shared forward passes -- larger batches for a GPU, but a row's
+    last bits then depend on which requests met (float rounding, as with a server backend), so the
+    run is not bit-reproducible."""
 
 
 # --------------------------------------------------------------------------- collection, replay
@@ -944,6 +970,8 @@ class Protocol(_Model):
     """Gates and decision order."""
     arms: ArmsSection = Field(default_factory=ArmsSection)
     """Training-arms experiment."""
+    compute: Annotated[ComputeSection, NON_IDENTITY, ADDED_LATER] = Field(default_factory=ComputeSection)
+    """Ray resources of replay (not part of the protocol id)."""
     plugins: list[PluginPin] = Field(default_factory=list)
     """Pins of the plugins this protocol uses (families, environment, proposers, arm rules), written
     by ``creditaudit protocol pin``; a plugin from a distribution other than creditaudit must be

@@ -7,6 +7,11 @@ not depend on the executor, and writes each unit's shards atomically (:func:`wor
 
 Local workers die with the process that started them (:func:`die_with_parent`): killing only the
 main ``replay`` process, even with ``kill -9``, leaves no worker holding a loaded policy behind.
+
+On Ray, workers hold environments only: the policy is one service they all send requests to
+(:mod:`creditaudit.replay.policy_service`; an in-process model in one actor with the protocol's
+``compute`` resources, or the ``openai`` backend's server). ``RAY_ADDRESS`` names an existing
+cluster to join; unset, a Ray instance is started on this machine for the run.
 """
 
 from __future__ import annotations
@@ -80,13 +85,14 @@ def die_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, name="creditaudit-parent-watchdog", daemon=True).start()
 
 
-def worker_init(protocol_path: str) -> None:
-    """Load this worker's frozen protocol, policy, environment, task list and replay settings."""
+def worker_init(protocol_path: str, policy: Any = None) -> None:
+    """Load this worker's frozen protocol, policy (unless given), environment, task list and
+    replay settings."""
     frozen = require_frozen(protocol_path)
     _WORKER.clear()
     _WORKER.update(
         frozen=frozen,
-        policy=load_run_policy(frozen),
+        policy=load_run_policy(frozen) if policy is None else policy,
         env=make_environment(frozen.protocol),
         tasks={t.task_id: t for t in read_tasks(frozen)},
         settings=ReplaySettings.from_protocol(frozen.protocol),
@@ -123,20 +129,145 @@ def worker_run(trajectory: Any) -> tuple[str, dict[str, int]]:
     return name, result.counters
 
 
-class _RayWorker:  # pragma: no cover - exercised through ray in tests when ray is installed
-    def __init__(self, protocol_path: str) -> None:
-        worker_init(protocol_path)
+class _RayWorker:  # pragma: no cover - runs in Ray worker processes (tests/replay/test_ray_topology.py)
+    """An environment worker: the environment here, the policy at ``service`` (None: its own
+    client of the ``openai`` backend's server)."""
+
+    def __init__(self, protocol_path: str, service: Any = None, session: str = "") -> None:
+        policy = None
+        if service is not None:
+            from creditaudit.replay.policy_service import RemotePolicy
+
+            policy = RemotePolicy(service, session)
+        worker_init(protocol_path, policy)
+
+    def node(self) -> str:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
 
     def run(self, trajectory: Any) -> tuple[str, dict[str, int]]:
         return worker_run(trajectory)
 
 
-def execute(protocol_path: Path, pending: list[Any], *, executor: str, workers: int,
-            done: Callable[[str], None]) -> None:
-    """Run the work units ``pending`` (trajectory frames) on ``executor`` with ``workers`` workers,
-    calling ``done(name)`` as each unit's shards are written."""
-    if not pending:
+#: Seconds to wait for a TCP answer at ``RAY_ADDRESS`` before refusing it.
+RAY_CONNECT_TIMEOUT_S = 5.0
+
+
+def _check_reachable(address: str) -> None:
+    """Refuse a ``host:port`` (or ``ray://host:port``) ``RAY_ADDRESS`` where nothing answers.
+
+    ``ray.init`` retries an unreachable cluster for minutes before it fails; one TCP connection
+    attempt tells the user at once. ``auto`` and other forms are left to Ray.
+    """
+    import socket
+
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit() or not host:
         return
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=RAY_CONNECT_TIMEOUT_S):
+            pass
+    except OSError as exc:
+        raise InputError(
+            f"RAY_ADDRESS={address}: nothing answers there ({exc.strerror or exc}); start a cluster (`ray start "
+            "--head`) and set RAY_ADDRESS to the address it prints, or unset RAY_ADDRESS to run a Ray instance on "
+            "this machine"
+        ) from None
+
+
+def _ray_init(workers: int, compute: Any) -> Any:
+    """Join ``RAY_ADDRESS``'s cluster, or start a Ray instance here sized for the run."""
+    try:
+        import ray
+    except ImportError:
+        raise InputError("`--executor ray` needs Ray: pip install 'creditaudit[ray]'") from None
+    if ray.is_initialized():
+        return ray
+    address = os.environ.get("RAY_ADDRESS")
+    if address:  # a running cluster: connect to it
+        _check_reachable(address)
+        try:
+            ray.init(address=address, log_to_driver=False)
+        except Exception as exc:  # noqa: BLE001 - Ray raises ConnectionError, RuntimeError, ValueError
+            detail = str(exc).strip().splitlines()[0] if str(exc).strip() else "no detail"
+            raise InputError(
+                f"RAY_ADDRESS={address}: no Ray cluster could be joined there ({type(exc).__name__}: {detail}); "
+                "start one (`ray start --head`) and set RAY_ADDRESS to the address it prints, or unset "
+                "RAY_ADDRESS to run a Ray instance on this machine"
+            ) from None
+    else:  # a Ray instance on this machine, with room for the workers and the service
+        import math
+
+        cpus = math.ceil(workers * compute.worker_cpus + compute.policy_cpus)
+        ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False)
+    return ray
+
+
+def _ray_check_resources(ray: Any, *, compute: Any, service: bool) -> None:
+    """Refuse, before any actor waits for ever, a cluster that cannot hold the run's actors."""
+    total = ray.cluster_resources()
+    if service and compute.policy_gpus > total.get("GPU", 0.0):
+        raise InputError(f"compute.policy_gpus is {compute.policy_gpus:g} but the Ray cluster has "
+                         f"{total.get('GPU', 0.0):g} GPUs; lower compute.policy_gpus or join a cluster with GPUs "
+                         "(RAY_ADDRESS)")
+    largest = max(compute.worker_cpus, compute.policy_cpus if service else 0.0)
+    if largest > total.get("CPU", 0.0):
+        raise InputError(f"the Ray cluster has {total.get('CPU', 0.0):g} CPUs but one actor needs {largest:g} "
+                         "(compute.worker_cpus, compute.policy_cpus); lower them or add nodes")
+
+
+def _ray_execute(protocol_path: Path, pending: list[Any], *, workers: int,
+                 done: Callable[[str], None]) -> dict[str, Any]:
+    """Environment-worker actors and one policy service (:mod:`creditaudit.replay.policy_service`)."""
+    frozen = require_frozen(protocol_path)
+    compute = frozen.protocol.compute
+    service_needed = frozen.protocol.policy.source != "openai"
+    ray = _ray_init(workers, compute)
+    _ray_check_resources(ray, compute=compute, service=service_needed)
+    from ray.exceptions import RayTaskError
+
+    report: dict[str, Any] = {"policy_service": "in-process actor" if service_needed else "openai server",
+                              "merge_requests": bool(compute.merge_requests and service_needed)}
+    service = None
+    try:
+        if service_needed:
+            from creditaudit.replay.policy_service import PolicyService
+
+            service = ray.remote(PolicyService).options(
+                num_cpus=compute.policy_cpus, num_gpus=compute.policy_gpus, max_concurrency=workers + 2,
+            ).remote(str(protocol_path), compute.merge_requests)
+        actor_cls = ray.remote(_RayWorker).options(num_cpus=compute.worker_cpus)
+        actors = [actor_cls.remote(str(protocol_path), service, f"worker-{i}") for i in range(workers)]
+        report["worker_nodes"] = len(set(ray.get([a.node.remote() for a in actors])))
+        refs = [actors[i % workers].run.remote(t) for i, t in enumerate(pending)]
+        remaining = list(refs)
+        while remaining:
+            ready, remaining = ray.wait(remaining, num_returns=1)
+            done(ray.get(ready[0])[0])
+        if service is not None:
+            report.update(ray.get(service.service_stats.remote()))
+    except RayTaskError as exc:  # a worker's or the service's refusal: the user's message, not Ray's trace
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, InputError):
+            raise cause from None
+        raise
+    finally:
+        for actor in ([service] if service is not None else []):
+            ray.kill(actor)
+    return report
+
+
+def execute(protocol_path: Path, pending: list[Any], *, executor: str, workers: int,
+            done: Callable[[str], None]) -> dict[str, Any]:
+    """Run the work units ``pending`` (trajectory frames) on ``executor`` with ``workers`` workers,
+    calling ``done(name)`` as each unit's shards are written.
+
+    Returns what the executor reports of itself (Ray: the policy service's counters -- requests,
+    forward passes, mean rows per forward -- and the number of nodes the workers ran on); these
+    depend on timing and placement and are never written into the run's artifacts."""
+    if not pending:
+        return {}
     if executor == "inline":
         worker_init(str(protocol_path))
         try:
@@ -145,7 +276,7 @@ def execute(protocol_path: Path, pending: list[Any], *, executor: str, workers: 
         finally:
             _WORKER["env"].close()
             _WORKER.clear()
-        return
+        return {}
     if executor == "local":
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -155,20 +286,5 @@ def execute(protocol_path: Path, pending: list[Any], *, executor: str, workers: 
             futures = [pool.submit(worker_run, trajectory) for trajectory in pending]
             for future in as_completed(futures):
                 done(future.result()[0])
-        return
-    try:
-        import ray
-    except ImportError:
-        raise InputError("`--executor ray` needs Ray: pip install 'creditaudit[ray]'") from None
-    if not ray.is_initialized():
-        if os.environ.get("RAY_ADDRESS"):  # a running cluster: connect to it
-            ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
-        else:  # a local Ray instance on this machine
-            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
-    actor_cls = ray.remote(num_cpus=1)(_RayWorker)
-    actors = [actor_cls.remote(str(protocol_path)) for _ in range(workers)]
-    refs = [actors[i % workers].run.remote(t) for i, t in enumerate(pending)]
-    remaining = list(refs)
-    while remaining:
-        ready, remaining = ray.wait(remaining, num_returns=1)
-        done(ray.get(ready[0])[0])
+        return {}
+    return _ray_execute(protocol_path, pending, workers=workers, done=done)

@@ -15,7 +15,7 @@ import json
 import os
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +54,10 @@ class ReplaySummary:
     resumed_units: int
     skipped: bool = False
     """The stage had finished and verified against its link record: nothing was run or rewritten."""
+    executor_report: dict[str, Any] = field(default_factory=dict, compare=False)
+    """What the executor reported of this run (Ray: the policy service's requests, forward passes
+    and mean rows per forward, the worker nodes); timing-dependent, so never written to
+    ``replay/summary.json``."""
 
     @property
     def cache_hit_rate(self) -> float:
@@ -132,8 +136,8 @@ def run_replay(
         if progress:
             progress("replay", count["done"], len(frames))
 
-    execute(Path(frozen.path), pending, executor=executor, workers=workers or max(1, min(2, os.cpu_count() or 1)),
-             done=done)
+    report = execute(Path(frozen.path), pending, executor=executor,
+                     workers=workers or max(1, min(2, os.cpu_count() or 1)), done=done)
 
     results: list[UnitResult] = []
     for name in names:
@@ -155,6 +159,7 @@ def run_replay(
         engine_steps=totals["engine_steps"],
         cache_hits=totals["cache_hits"],
         resumed_units=resumed,
+        executor_report=report,
     )
     from creditaudit.audit.measurability import measurability_map
 

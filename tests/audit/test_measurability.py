@@ -1,7 +1,6 @@
 """The measurability map from a replay turn table built by hand."""
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pytest
 
@@ -65,15 +64,18 @@ def test_logprob_gap_and_its_cluster_bootstrap(table):
     m = measurability_map(table, protocol_id=PID, protocol=_protocol(2000))
     assert m.logprob_gap == pytest.approx(inc - exc)
     assert m.logprob_gap < 0  # the excluded turns are the confident ones
-    # independent recomputation: the same resampled trajectory ids, the statistic by pandas
+    # independent recomputation: the same resampled trajectory ids; a resample's pooled mean of a
+    # status is the sum of its drawn trajectories' sums over the sum of their counts (pandas)
     rng = stream_rng(PID, "replay/map/logprob-gap")
     ids = sorted(df.trajectory_id.unique())
+    per = df.pivot_table(index="trajectory_id", columns="status", values="mean_logprob",
+                         aggfunc=["sum", "count"], fill_value=0).reindex(ids)
     stats = []
     for start in range(0, 2000, 1000):
         for draw in rng.integers(0, len(ids), size=(1000, len(ids))):
-            sample = pd.concat([df[df.trajectory_id == ids[i]] for i in draw])
-            stats.append(sample[sample.status == "complete"].mean_logprob.mean()
-                         - sample[sample.status == "no_counterfactual"].mean_logprob.mean())
+            sample = per.iloc[draw].sum()
+            stats.append(sample["sum", "complete"] / sample["count", "complete"]
+                         - sample["sum", "no_counterfactual"] / sample["count", "no_counterfactual"])
     low, high = np.quantile(stats, [0.025, 0.975])
     assert m.logprob_gap_ci == pytest.approx((low, high), abs=1e-12)
     assert m.logprob_gap_resamples == 2000 and m.logprob_gap_degenerate == 0

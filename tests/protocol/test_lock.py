@@ -155,7 +155,9 @@ def test_tampering_any_leaf_is_caught_and_named(run):
             by_validation += 1
             continue
         report = verify(path, check_inputs=False)
-        if leaf.rsplit(".", 1)[-1] in ("description", "notes") or leaf in ("description", "notes"):
+        # free text, and where replay runs (``compute``: Ray resources, outside the protocol id), may
+        # change after freezing: verify passes and lists the change
+        if leaf.rsplit(".", 1)[-1] in ("description", "notes") or leaf.startswith("compute."):
             assert report.ok and [c.path for c in report.free_text_changes] == [leaf], leaf
             free_text += 1
             continue

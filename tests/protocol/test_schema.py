@@ -100,6 +100,9 @@ def test_every_numeric_and_boolean_constant_changes_the_id(template):
             p = protocol_from_dict(data)
         except InputError:
             continue  # the change is out of the field's range; the lock tests cover rejection
+        if path.startswith("compute."):  # where replay runs (Ray resources), not what it computes
+            assert p.id == DEFAULT_TEMPLATE_ID, path
+            continue
         assert p.id != DEFAULT_TEMPLATE_ID, path
         changed += 1
     assert changed > 60  # the template has this many tunable constants

@@ -81,19 +81,6 @@ def test_kill_9_then_resume_is_byte_identical(tmp_path, planted_policy_dir, refe
         assert sha256_file(run / rel) == sha256_file(ref / rel), rel
 
 
-@pytest.mark.slow
-def test_ray_executor_gives_identical_bytes(tmp_path, planted_policy_dir, reference_run):
-    pytest.importorskip("ray")
-    ref, _ = reference_run
-    run, signer = _make_run(tmp_path, planted_policy_dir)
-    run_replay(run / "protocol.yaml", signer, executor="ray", workers=2)
-    import ray
-
-    ray.shutdown()
-    for rel in (TURNS, ROLLOUTS):
-        assert sha256_file(run / rel) == sha256_file(ref / rel), rel
-
-
 def test_corrupt_shard_is_refused_and_named(tmp_path, planted_policy_dir):
     run, signer = _make_run(tmp_path, planted_policy_dir)
     shards = run / "replay" / "shards"

@@ -303,8 +303,19 @@ def test_a_run_collects_through_the_server_and_records_it(reference_server, plan
     from creditaudit.replay.stage import run_replay
     from creditaudit.signals.stage import run_signals
 
-    summary = run_replay(run / "protocol.yaml", signer, executor="inline")
+    # on Ray (a local instance): environment workers, each a client of the one server
+    ray = pytest.importorskip("ray")
+    ray.shutdown()
+    try:
+        summary = run_replay(run / "protocol.yaml", signer, executor="ray", workers=2)
+    finally:
+        ray.shutdown()
     assert summary.n_rollouts > 0 and summary.divergences == 0
+    assert summary.executor_report["policy_service"] == "openai server"
+    inline, inline_signer = make_run(tmp_path / "inline", planted_policy_dir, sections={"policy": policy})
+    run_replay(inline / "protocol.yaml", inline_signer, executor="inline")
+    assert (pq.read_table(run / "replay" / "rollouts.parquet").column("outcome")
+            == pq.read_table(inline / "replay" / "rollouts.parquet").column("outcome"))
     run_signals(run / "protocol.yaml", signer)
 
 
