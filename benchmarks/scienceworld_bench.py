@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         raw.close()
     player, restorer = plugin.make(), plugin.make()
     resets, steps, restores, sizes, won, divergences = [], [], {}, [], 0, 0
-    outcomes, skipped = [], []
+    outcomes = []
     try:
         for task, gold in zip(tasks, golds):
             reset_s, step_s, snaps, result = _gold_run(player, task, gold)

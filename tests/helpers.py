@@ -18,7 +18,6 @@ def train_planted_policy(directory: Path, *, hidden_size: int = 32, num_layers: 
     planted environment's reference policy while being a real ``transformers`` model loaded from
     disk like any other.
     """
-    import numpy as np
 
     from creditaudit.replay.policies.default import (
         SPECIAL_TOKENS,

@@ -28,9 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict
 
 from creditaudit.artifacts import read_stamped_parquet, write_bytes_atomic, write_parquet_atomic

@@ -3,12 +3,10 @@ and a frozen planted-environment run directory with collected trajectories."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 
 from helpers import CONTROLS, SIGNALS, make_run
 
