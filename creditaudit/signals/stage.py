@@ -17,6 +17,7 @@ machine's thread count; and writes, attested by a signed link record:
 from __future__ import annotations
 
 import math
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,9 @@ SIGNALS_DIR = "signals"
 CREDIT = "signals/credit.parquet"
 SUMMARY = "signals/summary.json"
 DIAGNOSTICS_DIR = "signals/diagnostics"
+SHARDS_DIR = "signals/shards"
+"""Each family's output as soon as it is computed (credit, diagnostics, report), so an interrupted
+stage resumes at the first family it had not finished; removed once the stage's outputs are attested."""
 
 
 @dataclass(frozen=True)
@@ -177,9 +181,13 @@ def run_signals(
                           "turn": np.asarray([r.turn for t in trajectories for r in t.turns], dtype=np.int32)})
 
     outputs: dict[str, Any] = {}
+    shards = run_dir / SHARDS_DIR
     with stored_numerics():
         for family in families:
-            out = family.compute(context)
+            out = _read_shard(shards, family.name, frozen.id)
+            if out is None:
+                out = family.compute(context)
+                _write_shard(shards, family.name, frozen.id, out)
             same = (len(out.credit) == len(spine)
                     and out.credit["trajectory_id"].tolist() == spine["trajectory_id"].tolist()
                     and out.credit["turn"].tolist() == spine["turn"].tolist())
@@ -260,8 +268,54 @@ def run_signals(
                 link.add_output(path)
         (run_dir / SUMMARY).write_bytes(canonical_bytes(document) + b"\n")
         link.add_output(run_dir / SUMMARY)
+    shutil.rmtree(shards, ignore_errors=True)  # the attested outputs hold every family's
     return SignalsSummary(frozen.id, len(trajectories), len(spine), [s.name for s in protocol.signals],
                           [c.name for c in protocol.controls], document)
+
+
+def _write_shard(shards: Path, name: str, protocol_id: str, out: Any) -> None:
+    """A family's output, written before the next family starts (the report last: it marks the
+    shard complete)."""
+    from creditaudit.artifacts import write_bytes_atomic
+
+    def arrow_bytes(table: pa.Table) -> bytes:  # Arrow IPC keeps the schema exactly (Parquet renames list items)
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+        return sink.getvalue().to_pybytes()
+
+    shards.mkdir(parents=True, exist_ok=True)
+    write_bytes_atomic(shards / f"{name}.credit.arrow", arrow_bytes(pa.Table.from_pandas(out.credit, preserve_index=False)))
+    if out.diagnostics is not None:
+        write_bytes_atomic(shards / f"{name}.diagnostics.arrow", arrow_bytes(out.diagnostics))
+    record = {"protocol_id": protocol_id, "family": name, "diagnostics": out.diagnostics is not None,
+              "report": _json_safe(out.report)}
+    write_bytes_atomic(shards / f"{name}.report.json", canonical_bytes(record) + b"\n")
+
+
+def _read_shard(shards: Path, name: str, protocol_id: str) -> Any:
+    """The family's output from an interrupted run of this protocol, or None to compute it."""
+    import json
+
+    from creditaudit.signals.base import FamilyOutput
+
+    def arrow_table(path: Path) -> pa.Table:
+        with pa.memory_map(str(path)) as source:
+            return pa.ipc.open_file(source).read_all()
+
+    marker = shards / f"{name}.report.json"
+    if not marker.is_file():
+        return None
+    try:
+        record = json.loads(marker.read_text("utf-8"))
+        if record.get("protocol_id") != protocol_id or record.get("family") != name:
+            return None
+        credit = arrow_table(shards / f"{name}.credit.arrow").to_pandas()
+        diagnostics = arrow_table(shards / f"{name}.diagnostics.arrow") if record["diagnostics"] else None
+    except (OSError, ValueError, KeyError, pa.ArrowException):
+        return None  # unreadable: computed again
+    credit["abstain_reason"] = pd.Series(reasons_of(credit), dtype=object)
+    return FamilyOutput(credit, diagnostics, record["report"])
 
 
 def read_credit(frozen: FrozenProtocol) -> pa.Table:

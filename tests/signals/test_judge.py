@@ -137,11 +137,15 @@ def test_judge_prompt_holds_task_trajectory_and_outcome(trajectory_factory):
 
 class _Server:
     """A real OpenAI-compatible endpoint on 127.0.0.1 answering from a script, one entry per request:
-    ``("json", scores)``, ``("text", body)``, ``("status", code)`` or ``("sleep", seconds)``."""
+    ``("json", scores)``, ``("text", body)``, ``("status", code)``, ``("sleep", seconds)`` or
+    ``("retry_after", seconds)`` (HTTP 429 with that ``Retry-After``). ``peak``: the most requests
+    it held at once."""
 
     def __init__(self, script):
         self.script = list(script)
         self.requests: list[dict] = []
+        self.inflight = self.peak = 0
+        self.lock = threading.Lock()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -149,12 +153,32 @@ class _Server:
                 pass
 
             def do_POST(self):
+                with server.lock:
+                    server.inflight += 1
+                    server.peak = max(server.peak, server.inflight)
+                try:
+                    self._answer()
+                finally:
+                    with server.lock:
+                        server.inflight -= 1
+
+            def _answer(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                server.requests.append({"path": self.path, "body": body})
-                kind, value = server.script[min(len(server.requests), len(server.script)) - 1]
+                with server.lock:
+                    server.requests.append({"path": self.path, "body": body, "at": time.monotonic()})
+                    kind, value = server.script[min(len(server.requests), len(server.script)) - 1]
                 if kind == "sleep":
                     time.sleep(value)
                     kind, value = "json", [0]
+                if kind == "sleep_json":  # (seconds, scores)
+                    time.sleep(value[0])
+                    kind, value = "json", value[1]
+                if kind == "retry_after":
+                    self.send_response(429)
+                    self.send_header("Retry-After", str(value))
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 if kind == "status":
                     self.send_response(value)
                     self.end_headers()
@@ -248,6 +272,32 @@ def test_http_judge_refuses_a_wrong_endpoint_or_model(trajectory_factory):
         with pytest.raises(InputError, match=r"answered HTTP 404 for model 'judge-model'.*check the judge's `endpoint`"):
             _judge(server).judge(trajectory_factory(n_turns=1))
         assert len(server.requests) == 1
+
+
+def test_http_judge_honours_retry_after(trajectory_factory):
+    with _Server([("retry_after", 2), ("json", [1, 0])]) as server:
+        verdict = _judge(server).judge(trajectory_factory(n_turns=2, seed=0))
+    assert verdict.scores == [1, 0] and verdict.attempts == 2 and verdict.raw_responses[0] == ""
+    # the client waited what the server asked (its own first backoff is under a second)
+    assert server.requests[1]["at"] - server.requests[0]["at"] >= 1.9
+
+
+def test_http_judge_caches_answers_so_a_resumed_stage_sends_nothing(trajectory_factory, context_factory, tmp_path):
+    trajs = [trajectory_factory(f"t-{i}", n_turns=2, seed=i) for i in range(4)]
+
+    def compute():
+        family = JudgeFamily(name="judge", backend="http", model="judge-model", endpoint=server.endpoint,
+                             max_retries=1, timeout_s=5.0)
+        return family.compute(context_factory(trajs, run_dir=tmp_path, overrides={"judge": {"backoff_s": 0.0}}))
+
+    with _Server([("sleep_json", (0.3, [1, 0]))]) as server:
+        first = compute()
+        sent = len(server.requests)
+        again = compute()
+    assert sent == 4 and len(server.requests) == 4  # the second computation sent no request
+    assert server.peak >= 2  # trajectories were judged concurrently
+    assert again.diagnostics.equals(first.diagnostics) and again.credit.equals(first.credit)
+    assert len(list((tmp_path / "judge_cache" / "judge").rglob("*.json"))) == 4
 
 
 def test_http_url_accepts_a_v1_base():

@@ -111,6 +111,45 @@ def test_rerun_is_byte_identical(signals_run):
     assert {name: sha256_file(run / name) for name in before} == before
 
 
+def test_an_interrupted_stage_resumes_at_the_family_it_had_not_finished(signals_run, tmp_path, monkeypatch):
+    import creditaudit.signals.stage as stage
+
+    ref, signer, _ = signals_run
+    run = tmp_path / "run"
+    shutil.copytree(ref, run)
+    shutil.rmtree(run / "signals")
+    names = [s.name for s in require_frozen(run / "protocol.yaml").protocol.signals]
+    computed: list[str] = []
+    make_family = stage.make_family
+
+    def watched(spec, **kw):  # the stage's families, each computation recorded; `stop` interrupts
+        family = make_family(spec, **kw)
+        compute = family.compute
+
+        def run_it(context):
+            if family.name == stop:
+                raise KeyboardInterrupt
+            computed.append(family.name)
+            return compute(context)
+
+        family.compute = run_it
+        return family
+
+    monkeypatch.setattr(stage, "make_family", watched)
+    stop = names[2]
+    with pytest.raises(KeyboardInterrupt):
+        run_signals(run / "protocol.yaml", signer)
+    assert computed == names[:2] and not (run / CREDIT).exists()
+    assert sorted(p.name for p in (run / stage.SHARDS_DIR).glob("*.report.json")) == sorted(
+        f"{n}.report.json" for n in names[:2])
+    stop, computed[:] = None, []
+    run_signals(run / "protocol.yaml", signer)
+    assert computed == names[2:]  # the two finished families were read back, not computed again
+    for name in (CREDIT, SUMMARY, *(f"{DIAGNOSTICS_DIR}/{p.name}" for p in (ref / DIAGNOSTICS_DIR).iterdir())):
+        assert sha256_file(run / name) == sha256_file(ref / name), name
+    assert not (run / stage.SHARDS_DIR).exists()
+
+
 def test_cli_runs_the_stage(signals_run):
     run, _, _ = signals_run
     app = typer.Typer()
@@ -193,7 +232,9 @@ def test_stage_with_an_http_judge_and_judge_agreement(tmp_path, judgeable_policy
                     {"name": "uniform", "kind": "uniform", "null_control": True}]
         controls += [{"name": f"shuffle-{s['name']}", "kind": "shuffle", "of": s["name"]} for s in signals]
         run, signer = run_factory(tmp_path, judgeable_policy_dir, signals=signals, controls=controls, n_tasks=1)
-        summary = run_signals(run / "protocol.yaml", signer, overrides={"remote": {"backoff_s": 0.0}})
+        # one request at a time: the server answers by arrival order (concurrency: tests/signals/test_judge.py)
+        summary = run_signals(run / "protocol.yaml", signer, overrides={"remote": {"backoff_s": 0.0,
+                                                                                   "max_concurrency": 1}})
     finally:
         server.shutdown()
         server.server_close()
