@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from creditaudit.replay.policies import load_policy
-    from creditaudit.replay.policies.hf import _load_tokenizer
+    from creditaudit.replay.policies.hf import load_tokenizer
     from creditaudit.replay.policies.server import ServerPolicy
 
     work = Path(tempfile.mkdtemp(prefix="policy-backend-bench-"))
@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
             endpoint, model, server_name = f"http://127.0.0.1:{port}/v1", "policy", "reference (tests)"
 
         def client(cache: Path | None) -> ServerPolicy:
-            return ServerPolicy(_load_tokenizer(Path(directory)), endpoint=endpoint, model=model, history_length=2,
+            return ServerPolicy(load_tokenizer(Path(directory)), endpoint=endpoint, model=model, history_length=2,
                                 decoding="admissible", batch_size=args.batch_size, max_concurrency=args.concurrency,
                                 cache_dir=cache)
 
@@ -272,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
             procs.append(_start([sys.executable, "-c", "from transformers.cli.transformers import main; main()", "serve",
                                  str(directory), "--host", "127.0.0.1", "--port", str(port)],
                                 f"http://127.0.0.1:{port}/health", work / "transformers-serve.log"))
-            ts = ServerPolicy(_load_tokenizer(Path(directory)), endpoint=f"http://127.0.0.1:{port}/v1", model=str(directory),
+            ts = ServerPolicy(load_tokenizer(Path(directory)), endpoint=f"http://127.0.0.1:{port}/v1", model=str(directory),
                               history_length=2, decoding="free", max_concurrency=args.concurrency)
             ts.generate(prompts[:1], seeds=[0], temperature=0.0, max_tokens=args.max_tokens)  # warm-up, form detection
             ts.stats.update(requests=0, rows=0)

@@ -8,6 +8,7 @@ a run directory never mixes protocols.
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pyarrow as pa
@@ -18,10 +19,17 @@ from creditaudit.errors import InputError
 __all__ = ["write_bytes_atomic", "write_parquet_atomic", "read_stamped_parquet"]
 
 
+def _temporary(path: Path) -> Path:
+    """A temporary name beside ``path``, unique per process and thread (two threads writing one
+    path each rename a whole file of their own)."""
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+
+
 def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and a rename (never a torn file)."""
+    """Write ``data`` to ``path`` through a temporary file, fsync and a rename (never a torn file).
+    The one atomic write of the package (Parquet: :func:`write_parquet_atomic`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = _temporary(path)
     with open(tmp, "wb") as handle:
         handle.write(data)
         handle.flush()
@@ -32,7 +40,7 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
 def write_parquet_atomic(table: pa.Table, path: Path) -> None:
     """Write ``table`` (zstd) to ``path`` through a temporary file, fsync and a rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = _temporary(path)
     pq.write_table(table, tmp, compression="zstd")
     with open(tmp, "rb") as handle:
         os.fsync(handle.fileno())

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from creditaudit.artifacts import write_bytes_atomic
 from creditaudit.errors import CheckFailed, InputError
 from creditaudit.protocol.canonical import canonical_bytes, sha256_file, to_json_value
 from creditaudit.protocol.signing import Signer, key_id, pae, public_key_from_b64, verify_signature
@@ -130,9 +130,7 @@ class StageLink:
             ],
         }
         path = links_dir / f"{sequence:04d}-{self.stage}.link.json"
-        tmp = path.with_name("." + path.name + ".tmp")
-        tmp.write_bytes(json.dumps(envelope, indent=2, sort_keys=True).encode() + b"\n")
-        os.replace(tmp, path)
+        write_bytes_atomic(path, json.dumps(envelope, indent=2, sort_keys=True).encode() + b"\n")
         return path
 
 

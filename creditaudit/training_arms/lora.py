@@ -196,29 +196,21 @@ def _optimizer_tensors(optimizer: Any, keys: list[str]) -> tuple[dict[str, Any],
 def save_checkpoint(directory: Path, bank: AdapterBank, name: str, optimizer: Any, *, record: dict[str, Any]) -> None:
     """Write adapter ``name``, its optimizer state and ``record`` (``state.json``, written last:
     its presence marks a complete checkpoint)."""
-    from safetensors.torch import save_file
+    from safetensors.torch import save
 
     from creditaudit.artifacts import write_bytes_atomic
 
     directory.mkdir(parents=True, exist_ok=True)
     keys = [k for k, _ in bank.named_parameters(name)]
     tensors = {k: v.contiguous() for k, v in bank.state(name).items()}
-    _save_atomic(save_file, tensors, directory / ADAPTER_FILE)
+    write_bytes_atomic(directory / ADAPTER_FILE, save(tensors, metadata={"format": "pt"}))
     write_bytes_atomic(directory / CONFIG_FILE, json.dumps(bank.adapter_config(), indent=2, sort_keys=True).encode() + b"\n")
     opt_tensors, opt_meta = _optimizer_tensors(optimizer, keys)
     # safetensors writes its metadata map in hash order: one key only, so the bytes are stable;
     # the parameter groups go to a JSON file of their own
-    _save_atomic(save_file, opt_tensors, directory / OPTIMIZER_FILE)
+    write_bytes_atomic(directory / OPTIMIZER_FILE, save(opt_tensors, metadata={"format": "pt"}))
     write_bytes_atomic(directory / OPTIMIZER_GROUPS_FILE, canonical_bytes(opt_meta) + b"\n")
     write_bytes_atomic(directory / "state.json", canonical_bytes(record) + b"\n")
-
-
-def _save_atomic(save_file: Any, tensors: dict[str, Any], path: Path) -> None:
-    import os
-
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    save_file(tensors, str(tmp), metadata={"format": "pt"})
-    os.replace(tmp, path)
 
 
 def load_checkpoint(directory: Path, bank: AdapterBank, name: str, optimizer: Any) -> dict[str, Any]:

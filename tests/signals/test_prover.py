@@ -241,13 +241,13 @@ def test_a_boundary_that_does_not_restore_abstains(prover_run, monkeypatch):
     *_, context = prover_run
     from creditaudit.signals.families import prover as module
 
-    real = module._recorded
+    real = module.recorded_signatures
 
     def tampered(ctx):
         signatures, entries = real(ctx)
         return {tid: ["0" * 64] * len(s) for tid, s in signatures.items()}, entries
 
-    monkeypatch.setattr(module, "_recorded", tampered)
+    monkeypatch.setattr(module, "recorded_signatures", tampered)
     out = ProverFamily(name="p", proposer="random").compute(context)
     diag = out.diagnostics.to_pandas()
     eligible = diag[diag.eligible]

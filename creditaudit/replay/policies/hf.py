@@ -219,7 +219,7 @@ class HFPolicy(CandidateDecoding):
                 "so the tokenizer cannot be loaded; save it beside the model with `tokenizer.save_pretrained(path)`"
             )
         try:
-            tokenizer = _load_tokenizer(root)
+            tokenizer = load_tokenizer(root)
         except (OSError, ValueError, TypeError) as exc:
             raise InputError(
                 f"policy path {str(root)!r}: the tokenizer cannot be loaded ({exc}); save it beside the model "
@@ -517,7 +517,7 @@ class HFPolicy(CandidateDecoding):
 _GENERIC_TOKENIZER_CLASSES = ("PreTrainedTokenizerFast", "TokenizersBackend")
 
 
-def _load_tokenizer(root: Path) -> Any:
+def load_tokenizer(root: Path) -> Any:
     """The tokenizer of a model directory, as the directory declares it.
 
     ``AutoTokenizer`` in transformers 5 replaces the declared class by the model type's own for

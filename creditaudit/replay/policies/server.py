@@ -99,11 +99,9 @@ class _DiskCache:
     def put(self, key: str, value: Any) -> None:
         if self.root is None:
             return
-        path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_text(json.dumps(value, sort_keys=True), encoding="utf-8")
-        os.replace(tmp, path)
+        from creditaudit.artifacts import write_bytes_atomic
+
+        write_bytes_atomic(self._path(key), json.dumps(value, sort_keys=True).encode("utf-8"))
 
 
 class ServerPolicy(CandidateDecoding):
@@ -507,7 +505,7 @@ def load_server_policy(directory: str | Path, server: Any, *, cache_dir: Path | 
         reports another model than the pinned one; the tokenizer cannot be loaded.
     """
     from creditaudit.protocol.inputs import require_dir
-    from creditaudit.replay.policies.hf import _load_tokenizer
+    from creditaudit.replay.policies.hf import load_tokenizer
 
     root = require_dir(directory)
     api_key = None
@@ -519,7 +517,7 @@ def load_server_policy(directory: str | Path, server: Any, *, cache_dir: Path | 
                 f"`export {server.api_key_env}=...` with the server's key (it is never recorded)"
             )
     try:
-        tokenizer = _load_tokenizer(root)
+        tokenizer = load_tokenizer(root)
     except (OSError, ValueError, TypeError) as exc:
         raise InputError(f"policy path {str(root)!r}: the tokenizer cannot be loaded ({exc}); the served model's "
                          "tokenizer files must be there") from exc

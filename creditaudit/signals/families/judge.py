@@ -94,7 +94,8 @@ _HTTP_ANSWER = (
     'Answer with JSON only, exactly {{"scores": [s_0, ..., s_{last}]}}: one integer in {{1, 0, -1}} '
     "per turn, {n} in all."
 )
-_LOCAL_CUE = "score of turn {turn}:"
+#: The cue after which a local judge scores a turn (also what the embedded judge is trained on).
+LOCAL_JUDGE_CUE = "score of turn {turn}:"
 
 
 def _squash(text: str) -> str:
@@ -151,7 +152,7 @@ def judge_prompt(trajectory: Trajectory, *, max_negative: int = 1, setting: str 
 def _template_hash(backend: str, setting: str = GENERIC_SETTING) -> str:
     return canonical_hash({"version": JUDGE_PROMPT_VERSION, "instruction": judge_instruction(setting),
                            "backend": backend,
-                           "answer": _HTTP_ANSWER if backend == "http" else _LOCAL_CUE,
+                           "answer": _HTTP_ANSWER if backend == "http" else LOCAL_JUDGE_CUE,
                            "choices": list(JUDGE_CHOICES)})
 
 
@@ -334,7 +335,7 @@ class LocalJudge:
         check_choices(model.tokenizer, judge=judge_id)
 
     def turn_prompt(self, body: str, turn: int) -> str:
-        text = body + "\n" + _LOCAL_CUE.format(turn=turn)
+        text = body + "\n" + LOCAL_JUDGE_CUE.format(turn=turn)
         if self.model.prompt_builder.mode == "chat":
             return self.model.tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
                                                             add_generation_prompt=True)
@@ -528,7 +529,7 @@ class HttpJudge:
 # ------------------------------------------------------------------------------ the family
 
 
-def _local_model(context: SignalContext, model: str) -> tuple[Any, str, str]:
+def local_judge_model(context: SignalContext, model: str) -> tuple[Any, str, str]:
     """(model, judge id, SHA-256 of the canonical JSON of its file hashes)."""
     if model == "policy":
         pins = {**context.protocol.policy.model_files, **context.protocol.policy.tokenizer_files}
@@ -609,7 +610,7 @@ class JudgeFamily(FamilyBase):
         overrides = context.overrides.get(self.name, {})
         setting = environment_setting(context)
         if self.backend == "local":
-            model, judge_id, digest = _local_model(context, self.model)
+            model, judge_id, digest = local_judge_model(context, self.model)
             judge = LocalJudge(model, judge_id=judge_id, max_negative=self.max_negative, setting=setting)
             judge.model_sha256 = digest
             return judge

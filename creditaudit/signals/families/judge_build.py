@@ -4,7 +4,7 @@ asks, shipped in the package (``judge_model/``) and rebuilt from its seed by
 
 It is trained the way the embedded default policy is (:mod:`creditaudit.replay.policies.default`):
 the same word-level tokenizer (:func:`build_vocabulary` over the judge prompts), the same network
-(:func:`build_model`), the same packed rows (:func:`_packed_row`: one shared prefix, several
+(:func:`build_model`), the same packed rows (:func:`packed_row`: one shared prefix, several
 branches that each attend to the prefix and to themselves), length-bucketed batches, AdamW with
 warm-up and linear decay, deterministic kernels at a fixed thread count.
 
@@ -98,10 +98,10 @@ def judge_games(out_dir: str | Path, n: int, *, seed: int, purpose: str, workers
 def judge_training_rows(labelled: Sequence[LabelledTrajectory]) -> list[tuple[str, list[tuple[str, str]]]]:
     """``(body, [(cue, choice), ...])`` per transcript: what :class:`LocalJudge` scores, split at
     the body."""
-    from creditaudit.signals.families.judge import _LOCAL_CUE, judge_prompt
+    from creditaudit.signals.families.judge import LOCAL_JUDGE_CUE, judge_prompt
 
     return [(judge_prompt(lt.trajectory, max_negative=1),
-             [("\n" + _LOCAL_CUE.format(turn=rec.turn), _CHOICE[lab]) for rec, lab in zip(lt.trajectory.turns,
+             [("\n" + LOCAL_JUDGE_CUE.format(turn=rec.turn), _CHOICE[lab]) for rec, lab in zip(lt.trajectory.turns,
                                                                                            lt.labels)])
             for lt in labelled]
 
@@ -122,16 +122,16 @@ def truncated(lt: LabelledTrajectory, k: int) -> LabelledTrajectory:
 
 
 def _batch(tokenizer: Any, rows: Sequence[tuple[str, list[tuple[str, str]]]], weights: dict[str, float]):
-    """Packed rows (:func:`_packed_row`) as tensors: ids, 4-D additive mask, positions, labels
+    """Packed rows (:func:`packed_row`) as tensors: ids, 4-D additive mask, positions, labels
     (choice tokens only; ``<eoa>`` is not scored by the judge) and per-token class weights."""
     import numpy as np
     import torch
 
-    from creditaudit.replay.policies.default.training import _packed_row
+    from creditaudit.replay.policies.default.training import packed_row
 
     packed, row_weights = [], []
     for body, branches in rows:
-        row = _packed_row(tokenizer, body, branches)
+        row = packed_row(tokenizer, body, branches)
         if row is None:
             raise RuntimeError("a judge prompt tokenizes differently split at its cue; the tokenizer is not word-level")
         ids, pos, branch_of, labels, _ = row

@@ -129,7 +129,7 @@ def _noise_rate(root: str, episode: int, noise_rates: Sequence[float]) -> float:
 
 def _rollout_worker(job: tuple[Any, Sequence[tuple[int, Any]], str, str, tuple[float, ...]]) -> list[LabelledTrajectory]:
     """Play and label the episodes ``[(k, task), ...]`` on one engine."""
-    from creditaudit.replay.policies.default.demonstrations import _play_demonstration
+    from creditaudit.replay.policies.default.demonstrations import play_demonstration
 
     env_factory, work, root, purpose, noise_rates = job
     probe = PlannerProbe(env_factory())
@@ -137,7 +137,7 @@ def _rollout_worker(job: tuple[Any, Sequence[tuple[int, Any]], str, str, tuple[f
     try:
         for k, task in work:
             noise = _noise_rate(root, k, noise_rates)
-            _, _, won = _play_demonstration(task, probe, seed_streams.rng(root, f"judge/{purpose}/demo/{k}"),
+            _, _, won = play_demonstration(task, probe, seed_streams.rng(root, f"judge/{purpose}/demo/{k}"),
                                             noise_rate=noise, history_length=2)
             turns = tuple(TurnRecord(i, t["observation"], t["admissible"], t["action"], (), None, t["feedback"],
                                      done=t["done"], won=t["won"]) for i, t in enumerate(probe.turns))

@@ -445,9 +445,9 @@ class JudgeProposer:
 
     def propose(self, request: ProposalRequest) -> Proposal:
         if self._judge is None:
-            from creditaudit.signals.families.judge import _local_model
+            from creditaudit.signals.families.judge import local_judge_model
 
-            model, judge_id, _ = _local_model(request.context, "policy")
+            model, judge_id, _ = local_judge_model(request.context, "policy")
             self._judge = LocalSegmentJudge(model, judge_id=judge_id, setting=_setting(request.context))
         try:
             segment, info = self._judge.propose(request.source, request.failed, request.candidates)
@@ -526,7 +526,7 @@ class _RunRef:
     id: str
 
 
-def _recorded(context: SignalContext) -> tuple[dict[str, list[str]], dict[str, Any]]:
+def recorded_signatures(context: SignalContext) -> tuple[dict[str, list[str]], dict[str, Any]]:
     """Recorded state signatures per trajectory and the task entries by id."""
     from creditaudit.artifacts import read_stamped_parquet
     from creditaudit.replay.collect import TRAJECTORIES
@@ -595,7 +595,7 @@ def run_prover(
     signatures, entries = {}, {}
     own_env = False
     if any(eligible.values()):
-        signatures, entries = _recorded(context)
+        signatures, entries = recorded_signatures(context)
         if env is None:
             env, own_env = make_environment(protocol), True
     policy_section = getattr(protocol, "policy", None)

@@ -96,10 +96,10 @@ def reference_server(planted_policy_dir):
 
 
 def _server_policy(endpoint, directory, model, **kwargs):
-    from creditaudit.replay.policies.hf import _load_tokenizer
+    from creditaudit.replay.policies.hf import load_tokenizer
     from creditaudit.replay.policies.server import ServerPolicy
 
-    return ServerPolicy(_load_tokenizer(Path(directory)), endpoint=endpoint, model=model, max_retries=kwargs.pop("max_retries", 2),
+    return ServerPolicy(load_tokenizer(Path(directory)), endpoint=endpoint, model=model, max_retries=kwargs.pop("max_retries", 2),
                         timeout_s=60.0, **kwargs)
 
 

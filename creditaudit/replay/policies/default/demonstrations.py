@@ -144,7 +144,7 @@ def noisy_demonstrations(
     prompts' history but are never training targets.
     """
     episodes = [
-        _play_demonstration(tasks[k % len(tasks)], env, rng_for(k), noise_rate=noise_rate,
+        play_demonstration(tasks[k % len(tasks)], env, rng_for(k), noise_rate=noise_rate,
                             history_length=history_length, expert=expert, inadmissible_share=inadmissible_share)
         for k in range(len(tasks) * int(passes))
     ]
@@ -157,7 +157,7 @@ def _merge_episodes(episodes: Sequence[tuple[list[BCExample], int, bool]]) -> De
                                sum(bool(w) for _, _, w in episodes))
 
 
-def _play_demonstration(task: Any, env: Any, rng: Any, *, noise_rate: float, history_length: int,
+def play_demonstration(task: Any, env: Any, rng: Any, *, noise_rate: float, history_length: int,
                         expert: Callable[..., str] | None = None,
                         inadmissible_share: float = 0.5) -> tuple[list[BCExample], int, bool]:
     """One noisy demonstration episode: (examples, mistakes, won)."""
@@ -202,7 +202,7 @@ def _demonstration_worker(job: tuple[Any, Sequence[tuple[int, Any]], str, float,
     env_factory, work, root, noise_rate, history_length = job
     env = env_factory()
     try:
-        return [_play_demonstration(task, env, demo_rng(root, k), noise_rate=noise_rate,
+        return [play_demonstration(task, env, demo_rng(root, k), noise_rate=noise_rate,
                                     history_length=history_length) for k, task in work]
     finally:
         env.close()

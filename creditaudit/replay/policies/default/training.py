@@ -90,7 +90,7 @@ def split_at_goal(prompt: str) -> tuple[str, str] | None:
     return None if at < 0 else (prompt[: at + 1], prompt[at + 1 :])
 
 
-def _packed_row(tokenizer: Any, prefix: str, branches: Sequence[tuple[str, str] | tuple[str, str, Any]],
+def packed_row(tokenizer: Any, prefix: str, branches: Sequence[tuple[str, str] | tuple[str, str, Any]],
                 cache: dict[str, tuple[int, int] | None] | None = None) -> tuple[list[int], ...] | None:
     """One training row holding a shared prompt prefix and several (goal part, action) branches.
 
@@ -179,9 +179,9 @@ def packed_batch(tokenizer: Any, rows: Sequence[BCExample], rng: Any, names: Seq
                 if dist is not None:
                     action = drawn
             parts.append((goal_part, action, dist))
-        row = _packed_row(tokenizer, prefix, parts, cache)
+        row = packed_row(tokenizer, prefix, parts, cache)
         if row is None:  # the split tokenizes differently: the example alone
-            row = _packed_row(tokenizer, ex.prompt, [("", ex.action)], cache)
+            row = packed_row(tokenizer, ex.prompt, [("", ex.action)], cache)
         packed.append(row)
     width = max(len(r[0]) for r in packed)
     ids = np.full((len(packed), width), tokenizer.pad_token_id, dtype=np.int64)

@@ -446,7 +446,7 @@ class VictFamily(FamilyBase):
 
     def compute(self, context: SignalContext) -> FamilyOutput:
         from creditaudit.replay.tasks import environment_plugin, make_environment, task_for
-        from creditaudit.signals.families.prover import _recorded
+        from creditaudit.signals.families.prover import recorded_signatures
         from creditaudit.signals.families.vict.atoms import instrument, read_game
 
         groups: dict[str, list[Trajectory]] = {}
@@ -456,7 +456,7 @@ class VictFamily(FamilyBase):
             rolls = [VictRollout(t.trajectory_id, len(t), 0.0, reason="environment_not_instrumented",
                                  a_vict=np.zeros(len(t))) for t in context.trajectories]
             return self.finish(context.trajectories, rolls)
-        signatures, entries = _recorded(context)
+        signatures, entries = recorded_signatures(context)
         task_of = {tid: task_for(entries[tid], context.protocol, context.run_dir) for tid in groups}
         inst_of = {tid: instrument(entries[tid].task_type, read_game(task_of[tid].source)) for tid in groups}
         env = make_environment(context.protocol)
