@@ -1,6 +1,6 @@
 """The embedded judge model against its labels on held-out games.
 
-Regenerate (about 10 minutes on 2 shared cores; games are kept in ``--games-dir`` and reused,
+Regenerate (about 20 minutes on 2 cores; games are kept in ``--games-dir`` and reused,
 the labelled transcripts in ``--transcripts``)::
 
     PYTHONPATH=. python benchmarks/judge_bench.py --games 18 --games-dir benchmarks/.judge-games \
@@ -8,7 +8,9 @@ the labelled transcripts in ``--transcripts``)::
 
 Workload: ``--games`` generated ALFWorld games from the judge build's held-out stream
 (``judge/held-out-games`` of the shipped model's seed: never trained on), ``passes`` noisy-expert
-transcripts each (the build's noise rates and horizon), labelled by the planner-progress rule of
+transcripts each (the build's noise rates and horizon) and ``policy_rollouts`` of the shipped
+default policy's (:func:`~creditaudit.signals.families.judge_build.judge_transcripts`, stream
+purpose ``bench``), labelled by the planner-progress rule of
 :mod:`creditaudit.signals.families.judge_data`. The judge (``--model``, default the shipped
 ``model: embedded``) reads each transcript through :class:`~creditaudit.signals.families.judge.LocalJudge`
 exactly as the judge family does, and :func:`~creditaudit.signals.families.judge_eval.judge_metrics`
@@ -16,7 +18,8 @@ compares: exact agreement and Cohen's kappa (95% CI) beside the majority-class f
 (recall) and precision per class, the confusion table, the abstention rate, and per-trajectory
 variance -- the share of trajectories whose turns all get one score, beside the labels' own share.
 The same on every transcript cut after a random turn (a game that ran out of steps there) shows
-how it reads failed, shorter transcripts.
+how it reads failed, shorter transcripts, and on the default policy's transcripts alone (what the
+demo's audit asks it about).
 
 Writes ``benchmarks/results/judge_bench.json`` (no wall-clock time in it besides ``seconds``) and
 prints the figures.
@@ -47,9 +50,16 @@ def main(argv: list[str] | None = None) -> int:
     from creditaudit.protocol import seeds as seed_streams
     from creditaudit.replay.policies.default.build import Deterministic
     from creditaudit.replay.policies.default.evaluation import task_of
-    from creditaudit.signals.families.judge_build import JUDGE_MODEL_DIR, JUDGE_RECORD, JudgeBuild, judge_games, truncated
+    from creditaudit.signals.families.judge_build import (
+        JUDGE_MODEL_DIR,
+        JUDGE_RECORD,
+        JudgeBuild,
+        judge_games,
+        judge_transcripts,
+        truncated,
+    )
     from creditaudit.signals.families.judge_data import (
-        judge_rollouts,
+        POLICY_PLAYED,
         judge_stream_root,
         labelled_from_dict,
         labelled_to_dict,
@@ -69,9 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         games = judge_games(args.games_dir, args.games, seed=build.seed, purpose="held-out-games",
                             workers=args.workers)
-        labelled = judge_rollouts([task_of(g) for g in games], seed=build.seed, purpose="bench",
-                                  passes=build.passes, horizon=build.horizon, noise_rates=build.noise_rates,
-                                  workers=args.workers)
+        with Deterministic(2):
+            labelled = judge_transcripts([task_of(g) for g in games], build, purpose="bench", workers=args.workers)
         if args.transcripts is not None:
             args.transcripts.parent.mkdir(parents=True, exist_ok=True)
             args.transcripts.write_text(json.dumps([labelled_to_dict(lt) for lt in labelled]), encoding="utf-8")
@@ -89,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         full = judge_metrics(judge, labelled)
         seconds["judge_full"] = time.perf_counter() - t0
         short = judge_metrics(judge, cut)
+        played = judge_metrics(judge, [lt for lt in labelled if lt.noise_rate == POLICY_PLAYED])
     seconds["judge_total"] = time.perf_counter() - t0
     result = {
         "judge_id": judge.judge_id,
@@ -102,11 +112,12 @@ def main(argv: list[str] | None = None) -> int:
         "held_out_games_also_trained_on": leaked,
         "full_transcripts": full,
         "cut_transcripts": short,
+        "policy_transcripts": played,
         "seconds": seconds,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    for name, m in (("full transcripts", full), ("cut transcripts", short)):
+    for name, m in (("full transcripts", full), ("cut transcripts", short), ("the default policy's transcripts", played)):
         ci = m["kappa_ci"] or [float("nan")] * 2
         print(f"{name}: {m['n_trajectories']} trajectories, {m['n_turns']} turns; agreement {m['agreement']:.3f} "
               f"(majority {m['majority_agreement']:.3f}); kappa {m['kappa'] if m['kappa'] is not None else float('nan'):.3f} "

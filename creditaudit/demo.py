@@ -27,8 +27,8 @@ __all__ = ["DEMO_OVERRIDES", "demo_command", "demo_protocol_text", "findings_lin
 #: minimums are the default template's; the demo collects fewer tasks and replays a preregistered
 #: sample of each trajectory's turns (``replay.turns_per_trajectory``).
 DEMO_OVERRIDES: dict[str, Any] = {
-    "environment": {"generator": {"games_per_type": 2}},
-    "collection": {"n_tasks": 8, "group_size": 4},
+    "environment": {"generator": {"games_per_type": 3}},
+    "collection": {"n_tasks": 16, "group_size": 4},
     "replay": {"turns_per_trajectory": 10},
     "statistics": {"bootstrap_iterations": 2000},
     # The families that run without a GPU in minutes (ProVer and VICT: benchmarks/alfworld_audit_bench.py).

@@ -20,7 +20,8 @@ DATA = Path(__file__).resolve().parent / "data" / "judge_held_out.json"
 @pytest.fixture(scope="module")
 def held_out():
     """Six held-out transcripts of the shipped build (its ``judge/held-out-games`` stream: games it
-    was not trained on), four won and two lost, with their planner-progress labels."""
+    was not trained on), with their planner-progress labels: two noisy-expert transcripts (won) and
+    four of the default policy (two won, two lost after 50 turns)."""
     return [labelled_from_dict(d) for d in json.loads(DATA.read_text())]
 
 
@@ -56,9 +57,9 @@ def test_shipped_judge_is_small_and_tokenizes_turns_as_markers(embedded_judge):
     ids = tok("turn 7\nscore of turn 7:", add_special_tokens=False)["input_ids"]
     assert tok.convert_ids_to_tokens(ids) == ["turn 7", "\n", "score", "of", "turn 7:"]
     assert set(turn_markers()) <= set(tok.get_vocab())
-    # stated figures of the shipped build on its 24 held-out transcripts: agreement with the
-    # labels beyond chance (kappa's CI above 0), and at most half the trajectories constant
-    # (measured: kappa 0.18 [0.08, 0.27], 8 of 24 constant)
+    # stated figures of the shipped build on its 72 held-out transcripts (24 noisy-expert, 48 of
+    # the default policy): agreement with the labels beyond chance (kappa's CI above 0), and at
+    # most half the trajectories constant (measured: kappa 0.23 [0.19, 0.27], 11 of 72 constant)
     assert record["evaluation"]["kappa_ci"][0] > 0
     assert record["evaluation"]["constant_share"] <= 0.5
 
@@ -97,7 +98,9 @@ def test_model_embedded_through_the_judge_family(held_out, tmp_path, context_fac
     first = out.diagnostics.to_pandas().query("trajectory_id == @trajs[0].trajectory_id").iloc[0]
     from creditaudit.protocol.canonical import sha256_bytes
 
-    assert first["prompt_sha256"] == sha256_bytes((body + "\nscore of turn 0:").encode("utf-8"))
+    action, seen = trajs[0].turns[0].action, " ".join(trajs[0].turns[1].observation.split())
+    cue = f"turn 0 once more. action: {action}\nwhat followed: {seen}\nscore of turn 0:"
+    assert first["prompt_sha256"] == sha256_bytes((body + "\n" + cue).encode("utf-8"))
 
 
 def test_model_embedded_without_shipped_files_names_the_build_command(monkeypatch, tmp_path, trajectory_factory,
@@ -112,15 +115,15 @@ def test_model_embedded_without_shipped_files_names_the_build_command(monkeypatc
 
 @pytest.mark.slow
 def test_the_judge_recipe_is_reproducible_from_its_seed(tmp_path):
-    """The judge's recipe (games, noisy rollouts, planner labels, training) at a small size, built
+    """The judge's recipe (games, noisy-expert and default-policy rollouts, planner labels, training) at a small size, built
     twice from the same seed in one process: byte-identical files. The shipped build itself takes
     tens of minutes to rebuild (`creditaudit judge build --out DIR`, then compare with
     `creditaudit policy hashes`), too long for the suite; its record states its settings."""
     from creditaudit.replay.policies import policy_file_hashes
     from creditaudit.signals.families.judge_build import JudgeBuild, build_judge_model
 
-    small = JudgeBuild(seed=3, train_games=6, held_out_games=2, passes=1, horizon=12, hidden_size=16, num_layers=1,
-                       num_heads=2, epochs=1)
+    small = JudgeBuild(seed=3, train_games=6, held_out_games=2, passes=1, policy_rollouts=1, horizon=12,
+                       hidden_size=16, num_layers=1, num_heads=2, epochs=1)
     first = build_judge_model(tmp_path / "a", small, games_dir=tmp_path / "games", threads=1, workers=1,
                               evaluate=False)
     second = build_judge_model(tmp_path / "b", small, games_dir=tmp_path / "games", threads=1, workers=1,
@@ -128,3 +131,5 @@ def test_the_judge_recipe_is_reproducible_from_its_seed(tmp_path):
     assert policy_file_hashes(tmp_path / "a") == policy_file_hashes(tmp_path / "b")
     assert first["training"]["label_counts"] == second["training"]["label_counts"]
     assert sum(first["training"]["label_counts"].values()) > 0
+    # one noisy-expert and one default-policy transcript per training game
+    assert first["train_transcripts"] == 6 * 2

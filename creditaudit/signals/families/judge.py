@@ -4,9 +4,10 @@ and scores every turn in {1, 0, -1}, with at most ``max_negative`` (default one)
 Backends
     ``local``: a ``transformers`` causal LM (``model: policy`` is the audited policy itself,
     ``model: embedded`` the judge model shipped in the package (:mod:`~.judge_build`), else a
-    model directory). For each turn the judge prompt ends with ``score of turn <t>:`` and the
-    three choices "1", "0", "-1" are scored by their log-probability as continuations (sum over
-    the choice's tokens, temperature 1). The scores of a trajectory are the joint maximum of the
+    model directory). For each turn the judge prompt ends with the turn's cue (its action, what
+    followed it, ``score of turn <t>:``; :func:`local_judge_cue`) and the three choices "1", "0",
+    "-1" are scored by their log-probability as continuations (sum over the choice's tokens,
+    temperature 1). The scores of a trajectory are the joint maximum of the
     summed log-probabilities subject to the -1 budget: every turn takes its best non-negative
     choice, then the (at most ``max_negative``) turns where -1 beats that choice by the largest
     margin take -1 (:func:`constrained_scores`). Even a tiny model returns a valid score; a
@@ -64,6 +65,7 @@ __all__ = [
     "constrained_scores",
     "parse_judge_answer",
     "LocalJudge",
+    "local_judge_cue",
     "HttpJudge",
     "JudgeFamily",
     "judge_agreement",
@@ -94,8 +96,34 @@ _HTTP_ANSWER = (
     'Answer with JSON only, exactly {{"scores": [s_0, ..., s_{last}]}}: one integer in {{1, 0, -1}} '
     "per turn, {n} in all."
 )
-#: The cue after which a local judge scores a turn (also what the embedded judge is trained on).
-LOCAL_JUDGE_CUE = "score of turn {turn}:"
+#: The cue after which a local judge scores a turn (also what the embedded judge is trained on): the
+#: turn's action and what the agent saw next, restated from the body, then the question. A local
+#: model scores each turn from its own prompt, so the cue puts the turn's effect beside the question
+#: instead of asking a small model to find it in a long transcript.
+LOCAL_JUDGE_CUE = "turn {turn} once more. action: {action}\nwhat followed: {result}\nscore of turn {turn}:"
+
+
+def local_judge_cue(trajectory: Trajectory, index: int) -> str:
+    """:data:`LOCAL_JUDGE_CUE` for the ``index``-th turn of a trajectory: what followed is the next
+    turn's observation, or the outcome line after the last turn.
+
+    Examples
+    --------
+    >>> from creditaudit.signals.base import Trajectory, TurnRecord
+    >>> t = Trajectory("t", "k", 0, "open the door", 1,
+    ...                (TurnRecord(0, "a hall .", ("open door",), "open door", (-0.1,), -0.1, "done ."),))
+    >>> print(local_judge_cue(t, 0))
+    turn 0 once more. action: open door
+    what followed: the task was completed successfully. final observation: done .
+    score of turn 0:
+    """
+    from creditaudit.replay.policies import format_hindsight
+
+    turns = trajectory.turns
+    rec = turns[index]
+    result = (turns[index + 1].observation if index + 1 < len(turns)
+              else format_hindsight(trajectory.final_observation, trajectory.won))
+    return LOCAL_JUDGE_CUE.format(turn=rec.turn, action=_squash(rec.action), result=_squash(result))
 
 
 def _squash(text: str) -> str:
@@ -334,8 +362,8 @@ class LocalJudge:
         self.setting = setting
         check_choices(model.tokenizer, judge=judge_id)
 
-    def turn_prompt(self, body: str, turn: int) -> str:
-        text = body + "\n" + LOCAL_JUDGE_CUE.format(turn=turn)
+    def turn_prompt(self, body: str, trajectory: Trajectory, index: int) -> str:
+        text = body + "\n" + local_judge_cue(trajectory, index)
         if self.model.prompt_builder.mode == "chat":
             return self.model.tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
                                                             add_generation_prompt=True)
@@ -343,7 +371,7 @@ class LocalJudge:
 
     def judge(self, trajectory: Trajectory) -> JudgeVerdict:
         body = judge_prompt(trajectory, max_negative=self.max_negative, setting=self.setting)
-        prompts = [self.turn_prompt(body, rec.turn) for rec in trajectory.turns]
+        prompts = [self.turn_prompt(body, trajectory, i) for i in range(len(trajectory.turns))]
         if hasattr(self.model, "score_candidates"):  # each turn's prompt encoded once for its three choices
             scored = [s for row in self.model.score_candidates(prompts, [list(JUDGE_CHOICES)] * len(prompts),
                                                                 include_stop=False) for s in row]

@@ -10,9 +10,10 @@ warm-up and linear decay, deterministic kernels at a fixed thread count.
 
 What it reads is exactly what :class:`~creditaudit.signals.families.judge.LocalJudge` scores: the
 :func:`~creditaudit.signals.families.judge.judge_prompt` body of a trajectory (task, every turn's
-observation and action, the outcome) followed by ``score of turn <t>:``, and the choices "1", "0",
-"-1". One training row is one transcript: its body once, then one branch per turn (the cue and its
-label). Labels are the planner-progress labels of :mod:`~.judge_data`; the model never sees them
+observation and action, the outcome) followed by the turn's cue
+(:func:`~creditaudit.signals.families.judge.local_judge_cue`: the turn's action, what followed it,
+``score of turn <t>:``), and the choices "1", "0", "-1". One training row is one transcript: its
+body once, then one branch per turn (the cue and its label). Labels are the planner-progress labels of :mod:`~.judge_data`; the model never sees them
 or any engine state at inference. Object names of a share of the rows are renamed consistently
 (:func:`renamer`; turn and instance numbers are kept, they tie the cue to its turn).
 """
@@ -30,11 +31,13 @@ from creditaudit.protocol import seeds as seed_streams
 from creditaudit.signals.families.judge_data import (
     JUDGE_BUILD_VERSION,
     LabelledTrajectory,
+    judge_policy_rollouts,
     judge_rollouts,
     judge_stream_root,
 )
 
-__all__ = ["JudgeBuild", "MAX_TURNS", "turn_markers", "JUDGE_MODEL_DIR", "JUDGE_RECORD", "judge_games", "judge_training_rows", "truncated",
+__all__ = ["JudgeBuild", "MAX_TURNS", "turn_markers", "JUDGE_MODEL_DIR", "JUDGE_RECORD", "judge_games", "judge_transcripts", "tie_markers",
+           "judge_training_rows", "truncated",
            "train_judge", "build_judge_model"]
 
 JUDGE_MODEL_DIR = Path(__file__).resolve().parent / "judge_model"
@@ -68,12 +71,13 @@ class JudgeBuild:
     train_games: int = 36
     held_out_games: int = 12
     passes: int = 2
-    horizon: int = 30
-    noise_rates: tuple[float, ...] = (0.1, 0.3, 0.5)
+    policy_rollouts: int = 4
+    horizon: int = 50
+    noise_rates: tuple[float, ...] = (0.1, 0.3, 0.5, 0.7)
     hidden_size: int = 64
     num_layers: int = 2
     num_heads: int = 4
-    epochs: int = 20
+    epochs: int = 15
     learning_rate: float = 6e-3
     batch_size: int = 4
     rename_share: float = 0.5
@@ -95,14 +99,36 @@ def judge_games(out_dir: str | Path, n: int, *, seed: int, purpose: str, workers
     return [by_type[t][k] for k in range(per_type) for t in TASK_TYPES if k < len(by_type.get(t, []))][:n]
 
 
+def judge_transcripts(tasks: Sequence[Any], build: JudgeBuild, *, purpose: str,
+                      workers: int = 1) -> list[LabelledTrajectory]:
+    """A build's labelled transcripts on ``tasks``: ``build.passes`` noisy-expert episodes per task
+    (:func:`~.judge_data.judge_rollouts`), then ``build.policy_rollouts`` of the shipped default
+    policy's (:func:`~.judge_data.judge_policy_rollouts`), all at ``build.horizon``."""
+    expert = judge_rollouts(tasks, seed=build.seed, purpose=purpose, passes=build.passes, horizon=build.horizon,
+                            noise_rates=build.noise_rates, workers=workers)
+    played = (judge_policy_rollouts(tasks, seed=build.seed, purpose=purpose, rollouts=build.policy_rollouts,
+                                    horizon=build.horizon) if build.policy_rollouts else [])
+    return expert + played
+
+
+def tie_markers(model: Any, tokenizer: Any, n: int = MAX_TURNS) -> None:
+    """Start each cue marker's embedding (``turn 7:``) equal to its header's (``turn 7``), so
+    that from the first step the cue matches the turn it names."""
+    import torch
+
+    emb = model.get_input_embeddings().weight
+    with torch.no_grad():
+        for i in range(n):
+            emb[tokenizer.convert_tokens_to_ids(f"turn {i}:")] = emb[tokenizer.convert_tokens_to_ids(f"turn {i}")]
+
+
 def judge_training_rows(labelled: Sequence[LabelledTrajectory]) -> list[tuple[str, list[tuple[str, str]]]]:
     """``(body, [(cue, choice), ...])`` per transcript: what :class:`LocalJudge` scores, split at
     the body."""
-    from creditaudit.signals.families.judge import LOCAL_JUDGE_CUE, judge_prompt
+    from creditaudit.signals.families.judge import judge_prompt, local_judge_cue
 
     return [(judge_prompt(lt.trajectory, max_negative=1),
-             [("\n" + LOCAL_JUDGE_CUE.format(turn=rec.turn), _CHOICE[lab]) for rec, lab in zip(lt.trajectory.turns,
-                                                                                           lt.labels)])
+             [("\n" + local_judge_cue(lt.trajectory, i), _CHOICE[lab]) for i, lab in enumerate(lt.labels)])
             for lt in labelled]
 
 
@@ -205,7 +231,8 @@ def train_judge(model: Any, tokenizer: Any, labelled: Sequence[LabelledTrajector
                 if epoch and n > 2 and rng.random() < prefix_share:
                     body, branches = judge_training_rows([truncated(labelled[i], int(rng.integers(2, n)))])[0]
                 if epoch and rng.random() < rename_share:
-                    body = renamer(body, rng, names, 0)(body)
+                    rename = renamer(body, rng, names, 0)
+                    body, branches = rename(body), [(rename(cue), choice) for cue, choice in branches]
                 chosen.append((body, branches))
             ids, mask, positions, labels, tw = _batch(tokenizer, chosen, weights)
             logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits.float()
@@ -284,15 +311,15 @@ def build_judge_model(out_dir: str | Path, build: JudgeBuild | None = None, *,
         games_dir = tmp.name
     try:
         t0 = time.perf_counter()
-        common = dict(seed=build.seed, passes=build.passes, horizon=build.horizon, noise_rates=build.noise_rates,
-                      workers=workers)
-        if train is None:
-            games = judge_games(games_dir, build.train_games, seed=build.seed, purpose="train-games", workers=workers)
-            train = judge_rollouts([task_of(g) for g in games], purpose="train", **common)
-        if evaluate and held_out is None:
-            games = judge_games(games_dir, build.held_out_games, seed=build.seed, purpose="held-out-games",
-                                workers=workers)
-            held_out = judge_rollouts([task_of(g) for g in games], purpose="held-out", **common)
+        with Deterministic(threads):  # the policy's rollouts sample on these kernels
+            if train is None:
+                games = judge_games(games_dir, build.train_games, seed=build.seed, purpose="train-games",
+                                    workers=workers)
+                train = judge_transcripts([task_of(g) for g in games], build, purpose="train", workers=workers)
+            if evaluate and held_out is None:
+                games = judge_games(games_dir, build.held_out_games, seed=build.seed, purpose="held-out-games",
+                                    workers=workers)
+                held_out = judge_transcripts([task_of(g) for g in games], build, purpose="held-out", workers=workers)
         timings["rollouts"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         rows = judge_training_rows(train)
@@ -303,6 +330,7 @@ def build_judge_model(out_dir: str | Path, build: JudgeBuild | None = None, *,
             model = build_model(len(vocabulary), tokenizer, hidden_size=build.hidden_size,
                                 num_layers=build.num_layers, num_heads=build.num_heads,
                                 init_seed=seed_streams.seed_int(root, "judge/init"))
+            tie_markers(model, tokenizer)
             training = train_judge(model, tokenizer, train, epochs=build.epochs, learning_rate=build.learning_rate,
                                    rng=seed_streams.rng(root, "judge/order"), batch_size=build.batch_size,
                                    rename_share=build.rename_share, prefix_share=build.prefix_share,

@@ -27,7 +27,10 @@ Rollouts
     :func:`creditaudit.replay.policies.default.demonstrations` plays the searching expert with
     injected mistakes (wrong ``go to`` / ``examine`` / ``open``, inadmissible variants) at a noise
     rate drawn per episode, so transcripts mix helpful, neutral and harmful steps and both
-    outcomes. Every draw comes from a named stream of the judge build seed.
+    outcomes (:func:`judge_rollouts`). The expert mostly wins in 10-25 turns, while an audit asks
+    the judge about the default policy's own transcripts, half of them lost after 50 turns of
+    searching, so the shipped default policy plays the same games too (:func:`judge_policy_rollouts`).
+    Every draw comes from a named stream of the judge build seed.
 """
 
 from __future__ import annotations
@@ -41,9 +44,10 @@ from creditaudit.protocol import seeds as seed_streams
 from creditaudit.replay.records import Trajectory, TurnRecord
 
 __all__ = ["JUDGE_BUILD_VERSION", "LabelledTrajectory", "progress_labels", "PlannerProbe", "judge_rollouts",
+           "judge_policy_rollouts", "POLICY_PLAYED",
            "judge_stream_root", "labelled_to_dict", "labelled_from_dict"]
 
-JUDGE_BUILD_VERSION = 1
+JUDGE_BUILD_VERSION = 2
 """Version of the judge build recipe; bumped whenever the same seed would give different files."""
 
 
@@ -122,6 +126,18 @@ class PlannerProbe:
         self._text, self._admissible = result.text, tuple(result.admissible)
         return result
 
+    def close(self) -> None:
+        self.env.close()
+
+    def labelled(self, trajectory_id: str, task_id: str, rollout: int, noise_rate: float) -> LabelledTrajectory:
+        """The episode just played, as a labelled transcript."""
+        turns = tuple(TurnRecord(i, t["observation"], t["admissible"], t["action"], (), None, t["feedback"],
+                                 done=t["done"], won=t["won"]) for i, t in enumerate(self.turns))
+        won = bool(self.turns and self.turns[-1]["won"])
+        traj = Trajectory(trajectory_id, task_id, rollout, self.goal, int(won), turns)
+        return LabelledTrajectory(traj, tuple(progress_labels(self.plan_lengths)), tuple(self.plan_lengths),
+                                  float(noise_rate))
+
 
 def _noise_rate(root: str, episode: int, noise_rates: Sequence[float]) -> float:
     return float(noise_rates[int(seed_streams.rng(root, f"judge/noise/{episode}").integers(len(noise_rates)))])
@@ -137,15 +153,11 @@ def _rollout_worker(job: tuple[Any, Sequence[tuple[int, Any]], str, str, tuple[f
     try:
         for k, task in work:
             noise = _noise_rate(root, k, noise_rates)
-            _, _, won = play_demonstration(task, probe, seed_streams.rng(root, f"judge/{purpose}/demo/{k}"),
-                                            noise_rate=noise, history_length=2)
-            turns = tuple(TurnRecord(i, t["observation"], t["admissible"], t["action"], (), None, t["feedback"],
-                                     done=t["done"], won=t["won"]) for i, t in enumerate(probe.turns))
-            traj = Trajectory(f"{purpose}-{k:04d}", task.task_id, k, probe.goal, int(won), turns)
-            out.append(LabelledTrajectory(traj, tuple(progress_labels(probe.plan_lengths)),
-                                          tuple(probe.plan_lengths), noise))
+            play_demonstration(task, probe, seed_streams.rng(root, f"judge/{purpose}/demo/{k}"),
+                               noise_rate=noise, history_length=2)
+            out.append(probe.labelled(f"{purpose}-{k:04d}", task.task_id, k, noise))
     finally:
-        probe.env.close()
+        probe.close()
     return out
 
 
@@ -176,6 +188,37 @@ def judge_rollouts(tasks: Sequence[Any], *, seed: int, purpose: str, passes: int
         results = list(pool.map(_rollout_worker, [(factory, share, root, purpose, rates) for share in shares]))
     by_k = {k: r for share, result in zip(shares, results) for (k, _), r in zip(share, result)}
     return [by_k[k] for k, _ in jobs]
+
+
+#: ``noise_rate`` of a transcript played by the default policy rather than the noisy expert.
+POLICY_PLAYED = -1.0
+
+
+def judge_policy_rollouts(tasks: Sequence[Any], *, seed: int, purpose: str, rollouts: int, horizon: int,
+                          temperature: float = 0.7) -> list[LabelledTrajectory]:
+    """Labelled transcripts of the shipped default policy (the policy the demo audits), ``rollouts``
+    per task at ``temperature`` with admissible decoding, played by
+    :func:`~creditaudit.replay.policies.default.evaluation.evaluate_policy` on planner probes; its
+    action draws come from streams ``policy/eval/<i>/<r>/<t>`` under root
+    ``policy-eval:<judge root>/judge/<purpose>/policy``. Their ``noise_rate`` is
+    :data:`POLICY_PLAYED`. The noisy expert mostly wins; these are the long, mostly lost
+    transcripts the judge is asked about in an audit."""
+    from creditaudit.replay.envs.alfworld.env import ALFWORLD_PROMPT
+    from creditaudit.replay.policies.default.evaluation import evaluate_policy
+    from creditaudit.replay.policies.default.shipped import SHIPPED_POLICY_DIR
+    from creditaudit.replay.policies.hf import load_policy
+
+    policy = load_policy(SHIPPED_POLICY_DIR, device="cpu", history_length=2, decoding="admissible",
+                         instruction=ALFWORLD_PROMPT.instruction)
+    out: dict[tuple[int, int], LabelledTrajectory] = {}
+
+    def record(i: int, r: int, probe: PlannerProbe) -> None:
+        out[(i, r)] = probe.labelled(f"{purpose}-policy-{i:03d}-{r}", tasks[i].task_id, r, POLICY_PLAYED)
+
+    evaluate_policy(policy, tasks, env_factory=lambda: PlannerProbe(_alfworld(int(horizon))),
+                    seed=f"{judge_stream_root(seed)}/judge/{purpose}/policy", temperature=temperature,
+                    rollouts_per_task=int(rollouts), on_episode=record)
+    return [out[(i, r)] for i in range(len(tasks)) for r in range(int(rollouts))]
 
 
 def labelled_to_dict(lt: LabelledTrajectory) -> dict[str, Any]:

@@ -68,6 +68,7 @@ def evaluate_policy(
     rollouts_per_task: int = 1,
     n_envs: int = 8,
     progress: Callable[[str, int, int], None] | None = None,
+    on_episode: Callable[[int, int, Any], None] | None = None,
 ) -> PolicyEvaluation:
     """Roll out ``policy`` on ``tasks`` and measure its success and admissible-action rates.
 
@@ -88,6 +89,10 @@ def evaluate_policy(
         Rollouts played in lockstep (one environment each), sampled in one batch per step.
     progress : callable, optional
         ``progress("evaluate", episodes_done, episodes_total)``.
+    on_episode : callable, optional
+        ``on_episode(i, r, env)`` when rollout ``r`` of task ``i`` ends, before its environment
+        plays anything else (a recording wrapper such as
+        :class:`~creditaudit.signals.families.judge_data.PlannerProbe` is read there).
     """
     tasks = [task_of(t) for t in tasks]
     jobs = [(i, r) for i in range(len(tasks)) for r in range(rollouts_per_task)]
@@ -120,6 +125,8 @@ def evaluate_policy(
                     s["text"], s["admissible"], s["t"] = result.text, tuple(result.admissible), s["t"] + 1
                     if result.done:
                         results[s["job"]] = bool(result.won)
+                        if on_episode is not None:
+                            on_episode(s["job"][0], s["job"][1], s["env"])
                         if progress is not None:
                             progress("evaluate", len(results), len(jobs))
                     else:
