@@ -111,7 +111,7 @@ class Buttons:
         self.steps += 1
         won = action == f"press button {self.secret}"
         text = "a bell rings" if won else "nothing happens"
-        if self.flaky and self.steps == 2:
+        if self.flaky:  # from the first step (the check's random commands may win at once)
             text += f" (instance {self.serial})"  # what the agent sees depends on the instance
         return StepResult(text=text, admissible=() if won else BUTTONS, done=won, won=won)
 
@@ -191,7 +191,7 @@ def test_third_party_environment_from_an_entry_point_collects_and_replays(tmp_pa
 def test_nondeterministic_environment_is_refused_before_collection(tmp_path, toy_distribution, planted_policy_dir):
     stdout = _run_with_toy(tmp_path, toy_distribution, planted_policy_dir, flaky=True)
     assert "REFUSED NondeterminismError 1" in stdout, stdout
-    assert "at step 2" in stdout and "'buttons'" in stdout
+    assert "at step 1" in stdout and "'buttons'" in stdout
     assert "COLLECTED False" in stdout  # no rollout was written
 
 
@@ -227,9 +227,11 @@ def test_environment_args_are_bound_and_params_is_refused():
 
 # Template hashes of every prompt ALFWorld runs carried before the environment supplied its words;
 # the alfworld plugin's text must keep them (runs and their recorded prompt hashes stay valid).
+# judge_local changed once since, on purpose: the local judge's per-turn cue restates the turn's
+# action and what followed (judge recipe v2; it was "score of turn {turn}:" alone).
 ALFWORLD_PROMPT_HASHES = {
     "policy": "d3799dcce1bb9cedc43623c308b129ab5c55c7663164857577b9d09b333fdd5f",
-    "judge_local": "7fc8193b72c62b11c97c798f1b43c4bfad78c1a0ed0762af15cffb31ca611fb4",
+    "judge_local": "a0d21d22e0fa1bad3ae38e61bcfd1afddc3e1d5a848692645b4fce6b8c6093e6",
     "judge_http": "480a4a6ac132918883e5f4e2dc61644d3d7cd23764eb6edf1037b7cbe21f00b5",
     "prover": "685ebd5ea9069558fe7e691ce5bbf6e6a21972cf7d11575736a134819bb304a3",
 }
