@@ -308,13 +308,16 @@ def findings_lines(report: dict[str, Any], run: Path) -> list[str]:
     fmt = (lambda v: "undefined" if v is None else f"{v:+.3f}")
     lines = ["", "What the audit found (median within-trajectory Spearman of credit with executed-replay "
              "A_replay, 95% cluster-bootstrap interval; paper: Qwen2.5-7B on ALFWorld):"]
-    for family, sentence in report["verdicts"].items():
+    # the audit's order (the protocol's), also when the verdicts were read back from a resumed run
+    order = [d["family"] for d in report["audit"]["decisions"] if d["family"] in report["verdicts"]]
+    order += [f for f in report["verdicts"] if f not in order]
+    for family in order:
         s = subjects.get(family, {})
         ref = paper.get(f"paper.audit_rho.{family}")
         lines.append(f"  {family:<11} {verdicts.get(family, '?'):<19} rho {fmt(s.get('estimate'))} "
                      f"[{fmt(s.get('ci_low'))}, {fmt(s.get('ci_high'))}] over {s.get('n_trajectories', 0)} trajectories"
                      f" | paper: {ref.text if ref else 'not reported'}")
-    lines += ["", *report["verdicts"].values(), "",
+    lines += ["", *(report["verdicts"][f] for f in order), "",
               "How sure: " + report["measurability"]["resolution_statement"],
               "", "Re-check it:",
               f"  creditaudit ledger verify --run {run}   # recompute every number from the raw artifacts",
