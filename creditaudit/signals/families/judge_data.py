@@ -197,19 +197,22 @@ POLICY_PLAYED = -1.0
 def judge_policy_rollouts(tasks: Sequence[Any], *, seed: int, purpose: str, rollouts: int, horizon: int,
                           temperature: float = 0.7) -> list[LabelledTrajectory]:
     """Labelled transcripts of the shipped default policy (the policy the demo audits), ``rollouts``
-    per task at ``temperature`` with admissible decoding, played by
+    per task at ``temperature``, prompted and decoded as the default protocol does, played by
     :func:`~creditaudit.replay.policies.default.evaluation.evaluate_policy` on planner probes; its
     action draws come from streams ``policy/eval/<i>/<r>/<t>`` under root
     ``policy-eval:<judge root>/judge/<purpose>/policy``. Their ``noise_rate`` is
     :data:`POLICY_PLAYED`. The noisy expert mostly wins; these are the long, mostly lost
     transcripts the judge is asked about in an audit."""
-    from creditaudit.replay.envs.alfworld.env import ALFWORLD_PROMPT
+    from creditaudit.protocol.io import default_template_text, parse_protocol
     from creditaudit.replay.policies.default.evaluation import evaluate_policy
     from creditaudit.replay.policies.default.shipped import SHIPPED_POLICY_DIR
     from creditaudit.replay.policies.hf import load_policy
+    from creditaudit.replay.tasks import environment_plugin
 
-    policy = load_policy(SHIPPED_POLICY_DIR, device="cpu", history_length=2, decoding="admissible",
-                         instruction=ALFWORLD_PROMPT.instruction)
+    # prompted as the default protocol prompts it (history length, decoding, ALFWorld's instruction)
+    protocol = parse_protocol(default_template_text(), source="default protocol template")
+    policy = load_policy(SHIPPED_POLICY_DIR, device="cpu", history_length=protocol.policy.history_length,
+                         decoding=protocol.policy.decoding, instruction=environment_plugin(protocol).prompt.instruction)
     out: dict[tuple[int, int], LabelledTrajectory] = {}
 
     def record(i: int, r: int, probe: PlannerProbe) -> None:
