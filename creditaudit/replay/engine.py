@@ -53,6 +53,7 @@ __all__ = [
     "TURN_TABLE_SCHEMA",
     "ROLLOUT_TABLE_SCHEMA",
     "replay_trajectory",
+    "sampled_turns",
     "difference_interval",
     "write_unit",
     "read_unit",
@@ -189,6 +190,19 @@ class _TurnPlan:
     draws: int = 0
     status: str = "complete"
     rollouts: list[tuple[str, int, int, Rollout, str, bool]] = field(default_factory=list)
+
+
+def sampled_turns(streams: SeedStreams, trajectory_id: str, n_turns: int, k: int | None) -> set[int] | None:
+    """The preregistered sample of a trajectory's turns (``replay.turns_per_trajectory``).
+
+    ``k`` turns of ``n_turns`` drawn without replacement from the stream ``replay/<trajectory>/sample``,
+    a function of the protocol id and the trajectory's length only; ``None`` when every turn is
+    replayed (no sample set, or a trajectory no longer than ``k``).
+    """
+    if k is None or n_turns <= k:
+        return None
+    chosen = streams.rng(f"replay/{trajectory_id}/sample").choice(n_turns, k, replace=False)
+    return {int(t) for t in chosen}
 
 
 def _draw_alternatives(plans: list[_TurnPlan], *, policy: Any, builder: PromptBuilder, goal: str,
@@ -338,10 +352,8 @@ def replay_trajectory(
             diverged = True
 
     # the preregistered turn sample: a function of the protocol id and the trajectory's length only
-    if settings.turns_per_trajectory is not None and len(plans) > settings.turns_per_trajectory:
-        chosen = streams.rng(f"replay/{traj}/sample").choice(len(plans), settings.turns_per_trajectory,
-                                                              replace=False)
-        chosen_turns = {int(t) for t in chosen}
+    chosen_turns = sampled_turns(streams, traj, len(plans), settings.turns_per_trajectory)
+    if chosen_turns is not None:
         for plan in plans:
             if plan.turn not in chosen_turns and plan.status == "complete":
                 plan.status = "not_sampled"
