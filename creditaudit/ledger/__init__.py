@@ -1,4 +1,4 @@
-"""The ledger: artifact manifest, number registry, byte-identical regeneration, integrity checks, report.
+"""The ledger: artifact manifest, number producers, byte-identical regeneration, integrity checks, report.
 
 Every reported number is a :class:`LedgerEntry` computed by a registered producer
 (:func:`producer`) from raw artifacts named in the artifact catalogue (:data:`CATALOGUE`):
@@ -30,7 +30,7 @@ from creditaudit.ledger.model import (
     code_version,
     read_ledger,
 )
-from creditaudit.ledger.registry import PRODUCERS, Producer, ProducerContext, Value, active_producers, producer
+from creditaudit.ledger.producer import PRODUCERS, Producer, ProducerContext, Value, active_producers, producer
 from creditaudit.ledger.report import ReportResult, render_markdown, write_report
 
 __all__ = [

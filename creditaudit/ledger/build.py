@@ -39,7 +39,7 @@ from creditaudit.ledger.model import (
     parse_ledger,
     read_ledger,
 )
-from creditaudit.ledger.registry import ProducerContext, active_producers
+from creditaudit.ledger.producer import ProducerContext, active_producers
 from creditaudit.protocol.canonical import canonical_bytes, sha256_bytes, sha256_file
 from creditaudit.versions import dependency_versions
 

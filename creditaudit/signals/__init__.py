@@ -1,6 +1,6 @@
 """creditaudit.signals — per-turn credit from every family the protocol names, and its controls.
 
-Families are registered factories (``registry("signal")``) whose arguments are the protocol's
+Families are plugins (:mod:`creditaudit.plugins`, entry-point group ``creditaudit.families``) whose arguments are the protocol's
 constants: ``implicit`` (HCAPO rho_t, :mod:`~creditaudit.signals.families.implicit`), ``judge`` (TARL,
 :mod:`~creditaudit.signals.families.judge`), ``confidence`` (:mod:`~creditaudit.signals.families.confidence`),
 ``grpo``/``rloo`` (:mod:`~creditaudit.signals.families.advantages`), ``prover`` (ProVer,

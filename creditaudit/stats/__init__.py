@@ -38,16 +38,15 @@ from creditaudit.stats.bootstrap import BootstrapResult, cluster_bootstrap
 from creditaudit.stats.divergence import JSDivergenceResult, js_divergence, js_divergence_matrix
 from creditaudit.stats.equivalence import (
     READINGS,
-    MDEResult,
     SuperiorityResult,
     TostResult,
     equivalence_reading,
-    mde,
     superiority_ind,
     superiority_paired,
     tost_ind,
     tost_paired,
 )
+from creditaudit.stats.power import MDEResult, mde
 from creditaudit.stats.matrices import MantelResult, PartitionTestResult, mantel, partial_mantel, partition_test
 from creditaudit.stats.proportions import (
     HolmResult,
@@ -105,7 +104,7 @@ __all__ = [
     "partition_test",
     "mantel",
     "partial_mantel",
-    # registered factories (registry kind "statistic")
+    # named factories (kind "statistic")
     "REGISTERED",
     "ConfiguredStatistic",
 ]

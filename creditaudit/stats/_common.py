@@ -193,3 +193,12 @@ class Result:
     def to_frame(self) -> pd.DataFrame:
         """One-row :class:`pandas.DataFrame` of the scalar fields (intervals split in two)."""
         return pd.DataFrame([self._frame_row()])
+
+
+def check_band(low, high):
+    """An equivalence band ``[low, high]`` of finite floats with ``low < high``."""
+    low = check_finite_float("low", low)
+    high = check_finite_float("high", high)
+    if not low < high:
+        raise ValueError(f"`low` must be below `high` (the band is [low, high]); got low={low}, high={high}")
+    return low, high

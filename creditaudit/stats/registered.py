@@ -1,20 +1,20 @@
-"""The statistics as registered factories (registry kind ``"statistic"``).
+"""The statistics as named factories (kind ``"statistic"``, :mod:`creditaudit.stats.factories`).
 
-A protocol names a statistic and its options; ``registry("statistic").spec(name, **options)``
-binds them (defaults applied) into a frozen :class:`~creditaudit.registry.FactorySpec` that the
-protocol freezes and the ledger rebuilds from, and ``registry("statistic").create(spec)``
+A protocol names a statistic and its options; ``factories("statistic").spec(name, **options)``
+binds them (defaults applied) into a frozen :class:`~creditaudit.stats.factories.FactorySpec` that the
+protocol freezes and the ledger rebuilds from, and ``factories("statistic").create(spec)``
 returns a :class:`ConfiguredStatistic`: the function with those options fixed, called with the
 data (and, for a random statistic, the named ``rng`` stream). Only the keyword options are
 part of a spec; the data and the random stream never are.
 
 Examples
 --------
->>> from creditaudit.registry import registry
+>>> from creditaudit.stats.factories import factories
 >>> import creditaudit.stats
->>> spec = registry("statistic").spec("wilson", confidence_level=0.9)
+>>> spec = factories("statistic").spec("wilson", confidence_level=0.9)
 >>> spec.name, spec.args
 ('wilson', {'confidence_level': 0.9})
->>> round(registry("statistic").create(spec)(84, 139).ci[0], 3)
+>>> round(factories("statistic").create(spec)(84, 139).ci[0], 3)
 0.535
 """
 
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from creditaudit.registry import registry
-from creditaudit.stats import association, divergence, equivalence, matrices, proportions, rank
+from creditaudit.stats.factories import factories
+from creditaudit.stats import association, divergence, equivalence, matrices, power, proportions, rank
 
 __all__ = ["ConfiguredStatistic", "REGISTERED", "register_statistic"]
 
@@ -74,7 +74,7 @@ def _factory(function: Callable[..., Any]) -> Callable[..., ConfiguredStatistic]
     def factory(**kwargs: Any) -> ConfiguredStatistic:
         return ConfiguredStatistic(function.__name__, function, MappingProxyType(dict(kwargs)))
 
-    factory.__signature__ = inspect.Signature(options)  # what Registry.spec binds against
+    factory.__signature__ = inspect.Signature(options)  # what Factories.spec binds against
     factory.__name__ = f"{function.__name__}_factory"
     factory.__qualname__ = factory.__name__
     factory.__doc__ = f"Registered factory of :func:`{function.__module__}.{function.__name__}` with its options fixed."
@@ -97,7 +97,7 @@ def register_statistic(function: Callable[..., Any]) -> Callable[..., Any]:
     :func:`~creditaudit.audit.precision_at_pivotal_lift` registers itself when
     :mod:`creditaudit.audit.metrics` is imported. Returns ``function`` unchanged.
     """
-    stats = registry(_KIND)
+    stats = factories(_KIND)
     if function.__name__ in stats.names() and _same_statistic(stats._entry(function.__name__).factory, function):
         return function  # already registered (a second execution of the defining module)
     stats.register(function.__name__, version=1)(_factory(function))
@@ -114,7 +114,7 @@ _FUNCTIONS = (
     equivalence.tost_ind,
     equivalence.superiority_paired,
     equivalence.superiority_ind,
-    equivalence.mde,
+    power.mde,
     association.partial_corr,
     association.ols_standardized,
     association.cohens_kappa,

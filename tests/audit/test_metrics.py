@@ -125,13 +125,13 @@ def test_the_lift_is_registered_as_a_statistic_and_exported_by_the_audit():
 
     import creditaudit.audit as ca
     import creditaudit.stats as cs
-    from creditaudit.registry import registry
+    from creditaudit.stats.factories import factories
 
     assert "precision_at_pivotal_lift" in ca.__all__ and "LiftResult" in ca.__all__
     assert not hasattr(cs, "precision_at_pivotal_lift")  # the audit's metric, not a stats export
-    spec = registry("statistic").spec("precision_at_pivotal_lift", top_fraction=0.25, n_resamples=50)
+    spec = factories("statistic").spec("precision_at_pivotal_lift", top_fraction=0.25, n_resamples=50)
     assert spec.args == {"top_fraction": 0.25, "n_resamples": 50, "confidence_level": 0.95, "batch": None}
-    configured = registry("statistic").create(spec)
+    configured = factories("statistic").create(spec)
     assert configured.function is precision_at_pivotal_lift and configured.is_random
     credit = [0.9, 0.1, 0.2, 0.3, 0.8, 0.1, 0.0, 0.2]
     pivotal = [True, False, False, False, True, False, False, False]

@@ -24,7 +24,7 @@ from creditaudit.ledger import (
     verify_ledger,
 )
 from creditaudit.ledger.model import code_version, parse_ledger
-from creditaudit.ledger.registry import ProducerContext, format_value, producer
+from creditaudit.ledger.producer import ProducerContext, format_value, producer
 from creditaudit.protocol.canonical import canonical_bytes, sha256_file
 from creditaudit.protocol.lock import require_frozen
 

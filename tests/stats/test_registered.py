@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 import creditaudit.stats as cs
-from creditaudit.registry import FactorySpec, registry
+from creditaudit.stats.factories import FactorySpec, factories
 
-STATS = registry("statistic")
+STATS = factories("statistic")
 
 
 def test_every_registered_name_is_a_public_function():

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from creditaudit.ledger.catalogue import ArtifactSpec, register_artifact
-from creditaudit.ledger.registry import ProducerContext, Value, producer
+from creditaudit.ledger.producer import ProducerContext, Value, producer
 
 __all__ = ["arms_entries", "records_from_tables"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from creditaudit.ledger.registry import ProducerContext, Value, producer
+from creditaudit.ledger.producer import ProducerContext, Value, producer
 
 __all__ = ["audit_entries", "gate_inputs_text"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from creditaudit.ledger.catalogue import ArtifactSpec, register_artifact
-from creditaudit.ledger.registry import ProducerContext, Value, producer
+from creditaudit.ledger.producer import ProducerContext, Value, producer
 
 __all__ = ["calibration_entries", "subject_key"]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from creditaudit.ledger.registry import ProducerContext, Value, producer
+from creditaudit.ledger.producer import ProducerContext, Value, producer
 
 __all__ = ["collect_entries", "tasks_entries"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from creditaudit.ledger.registry import ProducerContext, Value, producer
+from creditaudit.ledger.producer import ProducerContext, Value, producer
 
 __all__ = ["predicate_text", "protocol_entries"]
 

@@ -8,7 +8,7 @@ producer turns them into entries so that no template types a number.
 
 from __future__ import annotations
 
-from creditaudit.ledger.registry import ProducerContext, Value, producer
+from creditaudit.ledger.producer import ProducerContext, Value, producer
 from creditaudit.papers import paper_values
 
 __all__ = ["PAPER", "reference_entries"]

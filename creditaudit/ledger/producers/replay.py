@@ -7,7 +7,7 @@ from the replay summary.
 
 from __future__ import annotations
 
-from creditaudit.ledger.registry import ProducerContext, Value, producer
+from creditaudit.ledger.producer import ProducerContext, Value, producer
 
 __all__ = ["replay_entries", "measurability_entries"]
 

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from creditaudit.ledger.registry import ProducerContext, Value, producer
+from creditaudit.ledger.producer import ProducerContext, Value, producer
 
 __all__ = ["signals_entries", "router_entries", "credit_frames"]
 

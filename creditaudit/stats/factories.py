@@ -1,9 +1,11 @@
-"""Registered factories that remember their arguments.
+"""Named factories that remember their arguments (the statistics the ledger rebuilds).
 
-Signals, statistics, environments, proposers and training arms register a factory under a kind
-and a name. ``Registry.spec(name, **kwargs)`` binds the arguments against the factory's signature
-(defaults applied) into a frozen :class:`FactorySpec` that a protocol can freeze and the ledger can
-rebuild from; ``Registry.create(spec)`` rebuilds the object.
+A factory is kept under a kind (``"statistic"``) and a name. ``Factories.spec(name, **kwargs)``
+binds the arguments against the factory's signature (defaults applied) into a frozen
+:class:`FactorySpec` that a protocol can freeze and the ledger can rebuild from;
+``Factories.create(spec)`` rebuilds the object. (Plugins -- families, environments, proposers, arm
+rules -- are :mod:`creditaudit.plugins`; the protocol's *registry* is its hash-chained log of
+freezes, ``registry.jsonl``.)
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 
 from creditaudit.protocol.canonical import canonical_hash, to_json_value
 
-__all__ = ["FactorySpec", "Registry", "registry"]
+__all__ = ["FactorySpec", "Factories", "factories"]
 
 
 @dataclass(frozen=True)
@@ -41,8 +43,8 @@ class _Entry:
     version: int
 
 
-class Registry:
-    """Factories of one kind (``"signal"``, ``"environment"``, ...)."""
+class Factories:
+    """Factories of one kind (``"statistic"``)."""
 
     def __init__(self, kind: str):
         self.kind = kind
@@ -90,7 +92,7 @@ class Registry:
         elif kwargs:
             raise TypeError("pass either a FactorySpec or a name with keyword arguments, not both")
         if spec.kind != self.kind:
-            raise ValueError(f"spec of kind {spec.kind!r} given to the {self.kind} registry")
+            raise ValueError(f"spec of kind {spec.kind!r} given to the {self.kind} factories")
         entry = self._entry(spec.name)
         if spec.version != entry.version:
             raise ValueError(
@@ -100,11 +102,11 @@ class Registry:
         return entry.factory(**spec.args)
 
 
-_REGISTRIES: dict[str, Registry] = {}
+_KINDS: dict[str, Factories] = {}
 
 
-def registry(kind: str) -> Registry:
-    """The process-wide registry of ``kind``."""
-    if kind not in _REGISTRIES:
-        _REGISTRIES[kind] = Registry(kind)
-    return _REGISTRIES[kind]
+def factories(kind: str) -> Factories:
+    """The process-wide factories of ``kind``."""
+    if kind not in _KINDS:
+        _KINDS[kind] = Factories(kind)
+    return _KINDS[kind]
