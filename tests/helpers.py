@@ -53,7 +53,7 @@ def train_planted_policy(directory: Path, *, hidden_size: int = 32, num_layers: 
 
     # the judge's prompt words and its choices "1", "0", "-1", so the same policy can judge
     texts += ["nothing happens .", "score of turn 0 : -1 0 1", judge_module.judge_instruction(PLANTED_PROMPT.setting),
-              judge_module._HTTP_ANSWER,
+              judge_module.HTTP_ANSWER,
               format_hindsight("x", True), format_hindsight("x", False),
               builder.build("g", "o", ["a"], [("o", "a")], hindsight="h")]
     vocabulary = list(SPECIAL_TOKENS) + sorted(words_from_texts(texts) - set(SPECIAL_TOKENS))

@@ -50,7 +50,6 @@ from creditaudit.signals.families.implicit import (
 )
 from creditaudit.signals.families.judge import (
     JUDGE_CHOICES,
-    HttpJudge,
     JudgeVerdict,
     LocalJudge,
     MalformedAnswer,
@@ -60,6 +59,7 @@ from creditaudit.signals.families.judge import (
     judge_prompt,
     parse_judge_answer,
 )
+from creditaudit.signals.families.judge_http import HttpJudge
 from creditaudit.signals.router import route, router_report
 from creditaudit.signals.stage import CREDIT, DIAGNOSTICS_DIR, SUMMARY, SignalsSummary, read_credit, run_signals
 

@@ -240,7 +240,7 @@ ALFWORLD_PROMPT_HASHES = {
 def test_prompt_text_comes_from_the_environment():
     from creditaudit import plugins
     from creditaudit.replay.policies import PromptBuilder
-    from creditaudit.signals.families import judge, prover
+    from creditaudit.signals.families import judge, prover_proposers
 
     alfworld = plugins.get("environment", "alfworld").create({}, horizon=5).prompt
     planted = plugins.get("environment", "planted").create({}, horizon=5).prompt
@@ -248,7 +248,7 @@ def test_prompt_text_comes_from_the_environment():
         "policy": PromptBuilder(None, history_length=2, instruction=alfworld.instruction).template_hash,
         "judge_local": judge._template_hash("local", alfworld.setting),
         "judge_http": judge._template_hash("http", alfworld.setting),
-        "prover": prover._judge_template_hash(alfworld.setting),
+        "prover": prover_proposers._judge_template_hash(alfworld.setting),
     }
     assert hashes == ALFWORLD_PROMPT_HASHES
     assert alfworld.instruction == ("You are an agent in a household text game. Reply with exactly one admissible "
@@ -259,7 +259,8 @@ def test_prompt_text_comes_from_the_environment():
     assert judge.judge_instruction("a maze of doors").startswith("You are judging the decisions of an agent in a maze")
     # nothing about ALFWorld is written into the policy's or the judges' prompt code
     for module in ("creditaudit/replay/policies/prompts.py", "creditaudit/signals/families/judge.py",
-                   "creditaudit/signals/families/prover.py"):
+                   "creditaudit/signals/families/judge_http.py", "creditaudit/signals/families/prover.py",
+                   "creditaudit/signals/families/prover_proposers.py"):
         assert "household" not in (ROOT / module).read_text(), module
 
 

@@ -15,8 +15,8 @@ import pandas as pd
 import pytest
 
 from creditaudit.errors import InputError
+from creditaudit.signals.families.judge_http import HttpJudge
 from creditaudit.signals.families.judge import (
-    HttpJudge,
     JudgeFamily,
     LocalJudge,
     MalformedAnswer,
