@@ -42,20 +42,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from creditaudit.protocol.sections import ArmsSection
 from creditaudit.signals.families.advantages import grpo_advantages
 from creditaudit.signals.controls import shuffle_values
 
 __all__ = ["ARM_NAMES", "ArmRule", "GroupCredit", "arm_rule", "effective_advantages"]
 
-ARM_NAMES = (
-    "outcome_only",
-    "implicit",
-    "judge",
-    "shuffled_implicit",
-    "shuffled_judge",
-    "inverted_implicit",
-    "pivotal_masked",
-)
+ARM_NAMES = tuple(ArmsSection().arms)  # the seven arms of SPEC.md §6, in the protocol's default order
+
 
 @dataclass(frozen=True)
 class GroupCredit:

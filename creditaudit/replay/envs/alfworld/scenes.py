@@ -22,19 +22,12 @@ from typing import Any
 import numpy as np
 
 from creditaudit.errors import InputError
+from creditaudit.protocol.fields import TASK_TYPES
 
 __all__ = ["TASK_TYPES", "LAMP_TYPES", "LAMP_HOLDERS", "APPLIANCES", "Scene", "alfworld_data", "choose",
            "floorplans_for", "sample_scene"]
 
-TASK_TYPES = (
-    "pick_and_place_simple",
-    "look_at_obj_in_light",
-    "pick_clean_then_place_in_recep",
-    "pick_heat_then_place_in_recep",
-    "pick_cool_then_place_in_recep",
-    "pick_two_obj_and_place",
-)
-"""The six ALFRED task types ALFWorld plays (same order as ALFWorld's ``TASK_TYPES`` 1..6)."""
+# TASK_TYPES: the six ALFRED task types ALFWorld plays, in ALFWorld's order (1..6); the protocol's list.
 
 LAMP_TYPES = ("DeskLamp", "FloorLamp")
 # Receptacles a lamp stands on (lamps are not in ALFRED's compatibility table).
