@@ -292,6 +292,6 @@ def test_the_installed_environment_is_audited_end_to_end_through_prefix_replay(t
 
     # signals and the audit ran on it
     credit = pd.read_parquet(run / "signals" / "credit.parquet")
-    assert {"confidence", "grpo"} <= set(credit.family)
+    assert {"confidence", "grpo"} <= set(credit.subject)
     audit = json.loads((run / "audit" / "audit.json").read_text())
     assert {d["family"] for d in audit["decisions"]} >= {"confidence", "grpo"}

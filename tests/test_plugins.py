@@ -117,7 +117,7 @@ def test_a_third_party_family_is_found_and_audited_from_a_protocol(tmp_path, thi
     run_signals(run / "protocol.yaml", signer)
     credit = read_credit(frozen).to_pandas()
     actions = read_trajectories(frozen).to_pandas().set_index(["trajectory_id", "turn"])["action"]
-    rows = credit[credit.family == "length"].set_index(["trajectory_id", "turn"])
+    rows = credit[credit.subject == "length"].set_index(["trajectory_id", "turn"])
     assert len(rows) == len(actions)
     for key, value in rows["credit"].items():
         assert value == -2.0 * len(actions[key])

@@ -114,7 +114,7 @@ def test_the_installed_example_is_audited_end_to_end_and_pinned(tmp_path, plante
 
     turns = pd.read_parquet(run / "collect" / "trajectories.parquet")
     credit = pd.read_parquet(run / "signals" / "credit.parquet")
-    mine = credit[credit.family == "novelty"].set_index(["trajectory_id", "turn"]).credit
+    mine = credit[credit.subject == "novelty"].set_index(["trajectory_id", "turn"]).credit
     assert len(mine) == len(turns) and mine.notna().all()
     for tid, rows in turns.groupby("trajectory_id", sort=False):
         seen, expected = {" ".join(rows.observation.iloc[0].split())}, []

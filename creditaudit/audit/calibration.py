@@ -192,12 +192,12 @@ def _credits(replay: pd.DataFrame, protocol_id: str, null_controls: list[Any]) -
 
 
 def credit_table(replay: pd.DataFrame, values: dict[str, np.ndarray]) -> pd.DataFrame:
-    """Long-form credit (``trajectory_id, turn, family, credit, abstained``) of every subject in
+    """Long-form credit (``trajectory_id, turn, subject, credit, abstained``) of every subject in
     ``values``, one array per subject aligned with the rows of ``replay``; no turn abstains."""
     frames = []
     for name, credit in values.items():
         frame = replay[["trajectory_id", "turn"]].copy()
-        frame["family"], frame["credit"], frame["abstained"] = name, credit, False
+        frame["subject"], frame["credit"], frame["abstained"] = name, credit, False
         frames.append(frame)
     return pd.concat(frames, ignore_index=True)
 

@@ -139,7 +139,7 @@ def audit_tables(
     Parameters
     ----------
     credit : DataFrame
-        Columns trajectory_id, turn, family (a family or control name), credit, abstained.
+        Columns trajectory_id, turn, subject (a family or control name), credit, abstained.
     replay : DataFrame
         The replay turn table (trajectory_id, turn, status, a_replay, pivotal).
     fluency : DataFrame, optional
@@ -147,7 +147,7 @@ def audit_tables(
     """
     from creditaudit.stats import holm
 
-    present = set(credit.family.unique())
+    present = set(credit.subject.unique())
     missing = [name for name, *_ in _subjects(protocol) if name not in present]
     if missing:
         raise InputError(
@@ -161,9 +161,9 @@ def audit_tables(
     nulls = {c.name for c in protocol.controls if c.null_control}
     subjects: dict[str, SubjectStats] = {}
     for name, kind, of, stream in _subjects(protocol):
-        rows = credit.loc[credit.family == name, ["trajectory_id", "turn", "credit", "abstained"]]
+        rows = credit.loc[credit.subject == name, ["trajectory_id", "turn", "credit", "abstained"]]
         if of is not None:
-            _check_shares_turns(name, rows, credit.loc[credit.family == of, ["trajectory_id", "turn", "abstained"]], of)
+            _check_shares_turns(name, rows, credit.loc[credit.subject == of, ["trajectory_id", "turn", "abstained"]], of)
         source = objects.get(of if kind != "family" else name)
         neutral = neutral_value(source.neutral if source is not None else None, kind)
         level = null_control_level(protocol) if name in nulls else None  # Bonferroni across the null controls
@@ -209,8 +209,8 @@ def audit_tables(
         except KeyError:
             shuffle_name = None
         fluency_result = fluency_echo(
-            credit.loc[credit.family == implicit],
-            credit.loc[credit.family == shuffle_name] if shuffle_name else None,
+            credit.loc[credit.subject == implicit],
+            credit.loc[credit.subject == shuffle_name] if shuffle_name else None,
             included, fluency, protocol=protocol, protocol_id=protocol_id, family=implicit,
             stream=f"signal/{position}",
         )

@@ -91,7 +91,7 @@ def turn_table(replay: pd.DataFrame, credit: pd.DataFrame, trajectories: pd.Data
     base.insert(0, "protocol_id", protocol_id)
     base = base[list(TURN_EXPORT_FIXED)]
     for name in subjects:
-        rows = credit.loc[credit.family == name, ["trajectory_id", "turn", "credit", "abstain_reason"]]
+        rows = credit.loc[credit.subject == name, ["trajectory_id", "turn", "credit", "abstain_reason"]]
         rows = rows.rename(columns={"credit": f"credit__{name}", "abstain_reason": f"abstain_reason__{name}"})
         base = base.merge(rows, on=["trajectory_id", "turn"], how="left")
     base = base.sort_values(["trajectory_id", "turn"], kind="stable").reset_index(drop=True)

@@ -164,7 +164,7 @@ def run_audit(protocol_path: str | Path, signer: Signer) -> AuditDocument:
     implicit = result.fluency["family"] if result.fluency else None
     fluency_frame = None
     if implicit is not None:
-        rows = credit.loc[(credit.family == implicit) & ~credit.abstained, ["trajectory_id", "turn", "credit"]]
+        rows = credit.loc[(credit.subject == implicit) & ~credit.abstained, ["trajectory_id", "turn", "credit"]]
         fluency_frame = (replay.loc[replay.status == "complete", ["trajectory_id", "turn", "pivotal"]]
                          .merge(rows, on=["trajectory_id", "turn"]).merge(fluency, on=["trajectory_id", "turn"]))
     with StageLink(

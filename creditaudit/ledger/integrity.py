@@ -243,22 +243,22 @@ def _table(run_dir: Path, rel: str):
 
 def _credit_evidence(run_dir: Path, rel: str) -> list[str]:
     table = _table(run_dir, rel)
-    missing = [c for c in ("abstained", "abstain_reason", "credit", "family") if c not in table.column_names]
+    missing = [c for c in ("abstained", "abstain_reason", "credit", "subject") if c not in table.column_names]
     if missing:
         return [f"has no column {', '.join(missing)} (abstentions and their reasons cannot be told apart from credit)"]
-    df = table.select(["family", "trajectory_id", "turn", "credit", "abstained", "abstain_reason"]).to_pandas()
+    df = table.select(["subject", "trajectory_id", "turn", "credit", "abstained", "abstain_reason"]).to_pandas()
     out = []
     reason = df.abstain_reason.astype(object)
     no_reason = df.abstained & (reason.isna() | (reason.astype(str).str.strip() == ""))
     if no_reason.any():
         first = df[no_reason].iloc[0]
-        out.append(f"{int(no_reason.sum())} abstained credit(s) have no abstention reason (first: family "
-                   f"{first.family!r}, trajectory {first.trajectory_id!r}, turn {int(first.turn)}); an abstention must "
+        out.append(f"{int(no_reason.sum())} abstained credit(s) have no abstention reason (first: subject "
+                   f"{first.subject!r}, trajectory {first.trajectory_id!r}, turn {int(first.turn)}); an abstention must "
                    "say why")
     silent = ~df.abstained & df.credit.isna()
     if silent.any():
         first = df[silent].iloc[0]
-        out.append(f"{int(silent.sum())} credit(s) are undefined without an abstention (first: family {first.family!r}, "
+        out.append(f"{int(silent.sum())} credit(s) are undefined without an abstention (first: subject {first.subject!r}, "
                    f"trajectory {first.trajectory_id!r}, turn {int(first.turn)})")
     return out
 

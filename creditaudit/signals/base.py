@@ -81,14 +81,14 @@ __all__ = [
     "implemented_families",
 ]
 
-#: Columns of ``signals/credit.parquet``: one row per (trajectory, turn, family or control).
+#: Columns of ``signals/credit.parquet``: one row per (trajectory, turn, subject); a subject is a family or a control (``kind``).
 CREDIT_SCHEMA = pa.schema(
     [
         pa.field("protocol_id", pa.string(), nullable=False),
         pa.field("trajectory_id", pa.string(), nullable=False),
         pa.field("task_id", pa.string(), nullable=False),
         pa.field("turn", pa.int32(), nullable=False),
-        pa.field("family", pa.string(), nullable=False),
+        pa.field("subject", pa.string(), nullable=False),
         pa.field("kind", pa.string(), nullable=False),
         pa.field("of", pa.string(), nullable=True),
         pa.field("credit", pa.float64(), nullable=True),

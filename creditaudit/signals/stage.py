@@ -88,7 +88,7 @@ def _rows(frame: pd.DataFrame, *, protocol_id: str, task_of: dict[str, str], fam
         "trajectory_id": pd.Series(frame["trajectory_id"].to_numpy(), dtype=object),
         "task_id": [task_of[t] for t in frame["trajectory_id"]],
         "turn": frame["turn"].to_numpy(dtype=np.int32),
-        "family": family,
+        "subject": family,
         "kind": kind,
         "credit": [None if a else float(c) for c, a in zip(credit, abstained)],
         "abstained": abstained,

@@ -103,7 +103,7 @@ def required_families(frozen: FrozenProtocol, arms: list[str]) -> dict[str, Any]
     except InputError as exc:
         arms_named = sorted(a for by in needed.values() for a in by)
         raise InputError(f"arms {', '.join(arms_named)}: their credit table is missing or unusable ({exc})") from None
-    families = set(table.column("family").to_pylist())
+    families = set(table.column("subject").to_pylist())
     for source, spec in specs.items():
         if spec.name not in families:
             raise InputError(

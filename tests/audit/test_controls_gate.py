@@ -101,14 +101,14 @@ def test_the_audit_judges_null_controls_at_the_bonferroni_level():
                            "turn": np.tile(np.arange(N_TURNS), G), "status": "complete", "a_replay": a_replay,
                            "pivotal": a_replay != 0})
     names = [s.name for s in protocol.signals] + [c.name for c in protocol.controls]
-    credit = pd.concat([replay[["trajectory_id", "turn"]].assign(family=name, credit=gen.normal(size=len(replay)),
+    credit = pd.concat([replay[["trajectory_id", "turn"]].assign(subject=name, credit=gen.normal(size=len(replay)),
                                                                  abstained=False) for name in names])
     result = audit_tables(credit, replay, protocol=protocol, protocol_id="3" * 64)
     for name, s in result.subjects.items():
         expected = 0.99 if name.startswith("null-") else protocol.statistics.ci_level
         assert s.ci_level == pytest.approx(expected), name
     s = result.subjects["null-0"]
-    rows = credit[credit.family == "null-0"]
+    rows = credit[credit.subject == "null-0"]
     again = median_spearman(rows.credit.to_numpy(), a_replay, rows.trajectory_id.to_numpy(), n_resamples=500,
                             confidence_level=0.99, rng=__import__("creditaudit.protocol.seeds", fromlist=["rng"])
                             .rng("3" * 64, "audit/bootstrap/control/0"))

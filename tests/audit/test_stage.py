@@ -130,9 +130,9 @@ def test_export_writes_replay_truth_beside_every_credit(audited, tmp_path):
             table.loc[key, "a_replay"] == row.a_replay
         assert table.loc[key, "status"] == row.status
     for rec in credit.itertuples():
-        got = table.loc[(rec.trajectory_id, rec.turn), f"credit__{rec.family}"]
+        got = table.loc[(rec.trajectory_id, rec.turn), f"credit__{rec.subject}"]
         assert (rec.credit != rec.credit and got != got) or got == rec.credit
-        reason = table.loc[(rec.trajectory_id, rec.turn), f"abstain_reason__{rec.family}"]
+        reason = table.loc[(rec.trajectory_id, rec.turn), f"abstain_reason__{rec.subject}"]
         assert (pd.isna(reason) and pd.isna(rec.abstain_reason)) or reason == rec.abstain_reason
     degenerate = set(doc.exclusions["degenerate_trajectories"])
     expected_included = (table.status == "complete") & ~table.index.get_level_values(0).isin(degenerate)

@@ -80,7 +80,7 @@ def test_renaming_every_signal_and_control_changes_no_statistic(planted):
     credit = _family_credit(planted)
     fluency = planted[["trajectory_id", "turn"]].assign(fluency=np.random.default_rng(4).normal(size=len(planted)))
     before = audit_tables(credit, planted, protocol=_families_protocol(), protocol_id=PID, fluency=fluency)
-    renamed = credit.assign(family=credit.family.map(RENAMED))
+    renamed = credit.assign(subject=credit.subject.map(RENAMED))
     after = audit_tables(renamed, planted, protocol=_families_protocol(RENAMED), protocol_id=PID, fluency=fluency)
 
     def numbers(stats) -> dict:
@@ -149,10 +149,10 @@ def test_the_oracle_lifts_resolved_pivotal_turns_above_chance(planted):
     data["controls"].append({"name": "shuffle-magnitude", "kind": "shuffle", "of": "magnitude"})
     protocol = protocol_from_dict(data)
     credit = _credits(planted, PID, [c for c in base.controls if c.null_control])
-    oracle_rows = credit[credit.family == "oracle"]
-    magnitude = oracle_rows.assign(family="magnitude", credit=oracle_rows.credit.abs())
+    oracle_rows = credit[credit.subject == "oracle"]
+    magnitude = oracle_rows.assign(subject="magnitude", credit=oracle_rows.credit.abs())
     gen = np.random.default_rng(8)
-    shuffled = magnitude.assign(family="shuffle-magnitude",
+    shuffled = magnitude.assign(subject="shuffle-magnitude",
                                 credit=magnitude.groupby("trajectory_id").credit.transform(lambda v: gen.permutation(v.to_numpy())))
     result = audit_tables(pd.concat([credit, magnitude, shuffled], ignore_index=True), planted, protocol=protocol,
                           protocol_id=PID)
@@ -201,11 +201,11 @@ def test_a_control_that_does_not_share_its_familys_turns_is_refused(planted):
     first = planted.iloc[0]
     at = (credit.trajectory_id == first.trajectory_id) & (credit.turn == first.turn)
     broken = credit.copy()
-    broken.loc[at & (broken.family == "implicit"), ["credit", "abstained"]] = [np.nan, True]
+    broken.loc[at & (broken.subject == "implicit"), ["credit", "abstained"]] = [np.nan, True]
     with pytest.raises(InputError, match=r"control 'shuffle-implicit' and its family 'implicit' do not share"):
         audit_tables(broken, planted, protocol=protocol, protocol_id=PID)
     both = broken.copy()
-    both.loc[at & both.family.isin(["shuffle-implicit", "inverted-implicit"]), ["credit", "abstained"]] = [np.nan, True]
+    both.loc[at & both.subject.isin(["shuffle-implicit", "inverted-implicit"]), ["credit", "abstained"]] = [np.nan, True]
     result = audit_tables(both, planted, protocol=protocol, protocol_id=PID)
     assert result.subjects["shuffle-implicit"].n_abstained == result.subjects["implicit"].n_abstained == 1
 

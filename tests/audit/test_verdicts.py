@@ -84,7 +84,7 @@ def _credit(replay: pd.DataFrame, protocol) -> pd.DataFrame:
     frames = []
     for name, credit in values.items():
         frame = base.copy()
-        frame["family"], frame["credit"], frame["abstained"] = name, credit, False
+        frame["subject"], frame["credit"], frame["abstained"] = name, credit, False
         frames.append(frame)
     return pd.concat(frames, ignore_index=True)
 
@@ -164,4 +164,4 @@ def test_missing_control_is_refused():
     from creditaudit.errors import InputError
 
     with pytest.raises(InputError, match="no rows for shuffle-noise"):
-        audit_tables(credit[credit.family != "shuffle-noise"], replay, protocol=protocol, protocol_id=PID)
+        audit_tables(credit[credit.subject != "shuffle-noise"], replay, protocol=protocol, protocol_id=PID)

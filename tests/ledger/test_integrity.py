@@ -162,7 +162,7 @@ def test_an_abstention_without_its_reason_lacks_the_evidence(ledgered_run, copy_
     report = check_integrity(run)
     evidence = report.failed("evidence")
     assert [f.path for f in evidence] == ["signals/credit.parquet"]
-    assert ("1 abstained credit(s) have no abstention reason (first: family 'implicit'" in evidence[0].message
+    assert ("1 abstained credit(s) have no abstention reason (first: subject 'implicit'" in evidence[0].message
             and evidence[0].message.endswith("lacks the evidence needed to act"))
     assert not report.failed("written") and not report.failed("readable")
 

@@ -262,7 +262,7 @@ def test_stage_writes_prover_credit_and_diagnostics(prover_run):
     run, signer, frozen, context = prover_run
     summary = run_signals(run / "protocol.yaml", signer)
     df = pq.read_table(run / CREDIT).to_pandas()
-    prover = df[df.family == "prover-random"]
+    prover = df[df.subject == "prover-random"]
     assert len(prover) == summary.n_turns
     assert (prover.credit.dropna() >= 0).all() and (prover.credit.isna() == prover.abstained).all()
     entry = summary.document["families"]["prover-random"]

@@ -40,30 +40,30 @@ def test_credit_table_covers_every_turn_family_and_control(signals_run):
     names = [s.name for s in frozen.protocol.signals] + [c.name for c in frozen.protocol.controls]
     n_turns = pq.read_table(run / TRAJECTORIES).num_rows
     assert summary.n_turns == n_turns and len(df) == n_turns * len(names)
-    assert list(dict.fromkeys(df.family)) == names
+    assert list(dict.fromkeys(df.subject)) == names
     assert set(df.protocol_id) == {frozen.id}
-    assert (df.groupby("family").size() == n_turns).all()
-    assert set(df[df.kind == "family"].family) == {s.name for s in frozen.protocol.signals}
+    assert (df.groupby("subject").size() == n_turns).all()
+    assert set(df[df.kind == "family"].subject) == {s.name for s in frozen.protocol.signals}
     assert (df.credit.isna() == df.abstained).all() and (df.abstain_reason.notna() == df.abstained).all()
-    judge = df[df.family == "judge"]
+    judge = df[df.subject == "judge"]
     assert set(judge.credit.dropna()) <= {-1.0, 0.0, 1.0}
     assert (judge.groupby("trajectory_id").credit.apply(lambda s: (s == -1).sum()) <= 1).all()
-    assert (df[df.family == "judge-strict"].credit != -1).all()
-    implicit = df[df.family == "implicit"].credit.dropna()
+    assert (df[df.subject == "judge-strict"].credit != -1).all()
+    implicit = df[df.subject == "implicit"].credit.dropna()
     assert implicit.between(0.8, 1.2).all()
-    assert df[df.family == "shuffle-implicit"].of.unique().tolist() == ["implicit"]
+    assert df[df.subject == "shuffle-implicit"].of.unique().tolist() == ["implicit"]
     for name in ("implicit", "judge", "confidence"):
         for kind in ("shuffle", "inverted"):
             control = frozen.protocol.control_of(name, kind) if name != "confidence" or kind == "shuffle" else None
             if control is None:
                 continue
-            a = df[df.family == name].credit.to_numpy()
-            b = df[df.family == control].credit.to_numpy()
+            a = df[df.subject == name].credit.to_numpy()
+            b = df[df.subject == control].credit.to_numpy()
             if kind == "inverted":
                 np.testing.assert_array_equal(np.nan_to_num(b), -np.nan_to_num(a))
             else:
                 for tid in df.trajectory_id.unique():
-                    rows = (df[df.family == name].trajectory_id == tid).to_numpy()
+                    rows = (df[df.subject == name].trajectory_id == tid).to_numpy()
                     assert sorted(a[rows][~np.isnan(a[rows])]) == sorted(b[rows][~np.isnan(b[rows])])
 
 
@@ -242,7 +242,7 @@ def test_stage_with_an_http_judge_and_judge_agreement(tmp_path, judgeable_policy
     assert len(requests) == n_traj + 1  # the first trajectory: garbage twice (one retry), then abstained
     remote = summary.document["families"]["remote"]
     credit = read_credit(require_frozen(run / "protocol.yaml")).to_pandas()
-    rows = credit[credit.family == "remote"]
+    rows = credit[credit.subject == "remote"]
     first = rows.trajectory_id.iloc[0]
     assert rows[rows.trajectory_id == first].abstain_reason.eq("judge_malformed").all()
     assert rows[rows.trajectory_id != first].credit.notna().all()
@@ -267,7 +267,7 @@ def test_shuffles_permute_the_audited_turns_among_themselves(signals_run):
     for control in shuffles:
         entry = summary.document["controls"][control.name]
         assert entry["shuffled_within"].startswith("complete replay turns")
-        family, shuffle = df[df.family == control.of], df[df.family == control.name]
+        family, shuffle = df[df.subject == control.of], df[df.subject == control.name]
         assert family.abstained.tolist() == shuffle.abstained.tolist()
         for (tid, complete), rows in family.groupby(["trajectory_id", family.status == "complete"]):
             other = shuffle[(shuffle.trajectory_id == tid) & ((shuffle.status == "complete") == complete)]

@@ -253,7 +253,7 @@ def test_stage_writes_vict_abstentions_on_the_planted_environment(tmp_path, plan
     run, signer = make_run(tmp_path, planted_policy_dir, signals=signals, controls=controls, n_tasks=1, group=2)
     summary = run_signals(run / "protocol.yaml", signer)
     df = pq.read_table(run / CREDIT).to_pandas()
-    vict = df[df.family == "vict"]
+    vict = df[df.subject == "vict"]
     assert len(vict) == summary.n_turns and vict.abstained.all()
     assert set(vict.abstain_reason) == {"environment_not_instrumented"}
     entry = summary.document["families"]["vict"]

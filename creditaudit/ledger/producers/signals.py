@@ -19,7 +19,7 @@ __all__ = ["signals_entries", "router_entries", "credit_frames"]
 def credit_frames(credit: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """Each subject's credit frame in stored order (credit NaN where it abstained)."""
     out = {}
-    for name, frame in credit.groupby("family", sort=False):
+    for name, frame in credit.groupby("subject", sort=False):
         frame = frame[["trajectory_id", "turn", "credit", "abstained", "abstain_reason"]].reset_index(drop=True)
         values = frame.credit.astype(float).to_numpy(copy=True)
         values[frame.abstained.to_numpy(bool)] = np.nan
