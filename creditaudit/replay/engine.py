@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from creditaudit.protocol.sections import ReplaySection
 from creditaudit.protocol.seeds import SeedStreams
 from creditaudit.replay.envs.base import Environment, Task
 from creditaudit.replay.policies.base import Turn, candidate_kwargs
@@ -104,21 +105,30 @@ ROLLOUT_TABLE_SCHEMA = pa.schema(
 STATUS = ("complete", "no_counterfactual", "incomplete", "diverged", "not_sampled")
 
 
+#: The replay section's fields and defaults (written once, in the protocol's schema).
+_SECTION = ReplaySection.model_fields
+
+
 @dataclass(frozen=True)
 class ReplaySettings:
-    """The replay constants (from the frozen protocol's ``replay`` section)."""
+    """The replay constants: the frozen protocol's ``replay`` section (its defaults are
+    :class:`~creditaudit.protocol.sections.ReplaySection`'s, read from it, never written again
+    here), and what the engine also needs from the policy and the environment."""
 
-    n_fact: int = 3
-    n_alternatives: int = 4
-    n_alt: int = 3
-    alt_temperature: float = 0.7
-    max_alt_draws: int = 300
-    max_rollouts_per_turn: int = 64
-    resolution_alpha: float = 0.05
+    n_fact: int = _SECTION["n_fact"].default
+    n_alternatives: int = _SECTION["n_alternatives"].default
+    n_alt: int = _SECTION["n_alt"].default
+    alt_temperature: float = _SECTION["alt_temperature"].default
+    max_alt_draws: int = _SECTION["max_alt_draws"].default
+    max_rollouts_per_turn: int = _SECTION["max_rollouts_per_turn"].default
+    resolution_alpha: float = _SECTION["resolution_alpha"].default
+    turns_per_trajectory: int | None = _SECTION["turns_per_trajectory"].default
     rollout_temperature: float = 0.7
+    """The policy's sampling temperature (``policy.temperature``)."""
     max_action_tokens: int | None = None
+    """Cap on generated action tokens (``policy.max_action_tokens``; none: the policy's own)."""
     draw_batch: int = 16
-    turns_per_trajectory: int | None = None
+    """Alternative draws asked of the policy at once (a speed setting; the draws are the same)."""
     admissible_only: bool = True
     """Alternatives must be admissible commands; False for an environment that lists none (its
     capability ``admissible``), where every distinct drawn action is an alternative."""
@@ -127,18 +137,11 @@ class ReplaySettings:
     def from_protocol(cls, protocol: Any) -> "ReplaySettings":
         from creditaudit.replay.tasks import environment_plugin
 
-        r = protocol.replay
+        section = {f.name: getattr(protocol.replay, f.name) for f in fields(cls) if f.name in _SECTION}
         return cls(
-            n_fact=r.n_fact,
-            n_alternatives=r.n_alternatives,
-            n_alt=r.n_alt,
-            alt_temperature=r.alt_temperature,
-            max_alt_draws=r.max_alt_draws,
-            max_rollouts_per_turn=r.max_rollouts_per_turn,
-            resolution_alpha=r.resolution_alpha,
+            **section,
             rollout_temperature=protocol.policy.temperature,
             max_action_tokens=protocol.policy.max_action_tokens,
-            turns_per_trajectory=r.turns_per_trajectory,
             admissible_only=environment_plugin(protocol).capabilities.admissible,
         )
 

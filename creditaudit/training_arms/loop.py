@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ import numpy as np
 
 from creditaudit.errors import CheckFailed, InputError
 from creditaudit.protocol.canonical import canonical_bytes
+from creditaudit.protocol.sections import ArmsSection
 from creditaudit.protocol.seeds import SeedStreams
 from creditaudit.replay.rollout import Rollout, TransitionCache, advance
 from creditaudit.training_arms.lora import AdapterBank, adapter_name, load_checkpoint, save_checkpoint
@@ -99,12 +100,9 @@ class ArmsArgs:
 
     @classmethod
     def from_protocol(cls, protocol: Any) -> "ArmsArgs":
-        a = protocol.arms
+        section = {f.name: getattr(protocol.arms, f.name) for f in fields(cls) if f.name in ArmsSection.model_fields}
         return cls(
-            arms=tuple(a.arms), seeds=a.seeds, rounds=a.rounds, tasks_per_round=a.tasks_per_round,
-            group_size=a.group_size, lora_rank=a.lora_rank, lora_alpha=a.lora_alpha,
-            learning_rate=a.learning_rate, minibatch_size=a.minibatch_size, dose_matched=a.dose_matched,
-            eval_tasks=a.eval_tasks, eval_rollouts=a.eval_rollouts, probe_states=a.probe_states, pivotal_resolution_n=a.pivotal_resolution_n,
+            **dict(section, arms=tuple(section["arms"])),
             temperature=protocol.policy.temperature, max_action_tokens=protocol.policy.max_action_tokens,
             format_collapse_threshold=protocol.exclusions.format_collapse_threshold,
         )
