@@ -91,6 +91,17 @@ def rloo_advantages(outcomes: Sequence[float]) -> np.ndarray:
     return r - (r.sum() - r) / (g - 1)
 
 
+#: Columns of this family's diagnostics table (``signals/diagnostics/<name>.parquet``).
+DIAGNOSTICS_SCHEMA = pa.schema([
+    pa.field("task_id", pa.string()),
+    pa.field("trajectory_id", pa.string()),
+    pa.field("outcome", pa.int8()),
+    pa.field("group_size", pa.int32()),
+    pa.field("group_mean", pa.float64()),
+    pa.field("advantage", pa.float64()),
+])
+
+
 class BaseAdvantageFamily(FamilyBase):
     """The ``grpo`` / ``rloo`` credit family: the group advantage broadcast to every turn (``neutral = 0``)."""
 
@@ -106,8 +117,7 @@ class BaseAdvantageFamily(FamilyBase):
         groups: dict[str, list[Any]] = {}
         for traj in context.trajectories:
             groups.setdefault(traj.task_id, []).append(traj)
-        values, reasons, diag = {}, {}, {k: [] for k in
-                                        ("task_id", "trajectory_id", "outcome", "group_size", "group_mean", "advantage")}
+        values, reasons, diag = {}, {}, {k: [] for k in DIAGNOSTICS_SCHEMA.names}
         for task_id, members in groups.items():
             outcomes = [t.outcome for t in members]
             if len(members) < 2:
@@ -127,14 +137,7 @@ class BaseAdvantageFamily(FamilyBase):
                 diag["group_size"].append(len(members))
                 diag["group_mean"].append(float(np.mean(outcomes)))
                 diag["advantage"].append(a)
-        table = pa.table({
-            "task_id": pa.array(diag["task_id"], pa.string()),
-            "trajectory_id": pa.array(diag["trajectory_id"], pa.string()),
-            "outcome": pa.array(diag["outcome"], pa.int8()),
-            "group_size": pa.array(diag["group_size"], pa.int32()),
-            "group_mean": pa.array(diag["group_mean"], pa.float64()),
-            "advantage": pa.array(diag["advantage"], pa.float64()),
-        })
+        table = pa.Table.from_pydict(diag, schema=DIAGNOSTICS_SCHEMA)
         return FamilyOutput(credit_frame(context.trajectories, values, reasons), table,
                             {"method": self.method, "n_groups": len(groups)})
 

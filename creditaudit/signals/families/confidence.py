@@ -38,6 +38,16 @@ def geometric_mean_probability(token_logprobs: Sequence[float]) -> float:
     return math.exp(math.fsum(values) / len(values))
 
 
+#: Columns of this family's diagnostics table (``signals/diagnostics/<name>.parquet``).
+DIAGNOSTICS_SCHEMA = pa.schema([
+    pa.field("trajectory_id", pa.string()),
+    pa.field("turn", pa.int32()),
+    pa.field("n_tokens", pa.int32()),
+    pa.field("mean_logprob", pa.float64()),
+    pa.field("confidence", pa.float64()),
+])
+
+
 class ConfidenceFamily(FamilyBase):
     """The ``confidence`` credit family (no constants): a probability with no neutral point, so sign
     agreement centres it within each trajectory (``neutral = "trajectory-mean"``)."""
@@ -49,7 +59,7 @@ class ConfidenceFamily(FamilyBase):
 
     def compute(self, context: SignalContext) -> FamilyOutput:
         values, reasons = {}, {}
-        cols = {k: [] for k in ("trajectory_id", "turn", "n_tokens", "mean_logprob", "confidence")}
+        cols = {k: [] for k in DIAGNOSTICS_SCHEMA.names}
         for traj in context.trajectories:
             for rec in traj.turns:
                 key = (traj.trajectory_id, rec.turn)
@@ -65,13 +75,7 @@ class ConfidenceFamily(FamilyBase):
                 cols["n_tokens"].append(len(rec.token_logprobs))
                 cols["mean_logprob"].append(mean)
                 cols["confidence"].append(conf)
-        table = pa.table({
-            "trajectory_id": pa.array(cols["trajectory_id"], pa.string()),
-            "turn": pa.array(cols["turn"], pa.int32()),
-            "n_tokens": pa.array(cols["n_tokens"], pa.int32()),
-            "mean_logprob": pa.array(cols["mean_logprob"], pa.float64()),
-            "confidence": pa.array(cols["confidence"], pa.float64()),
-        })
+        table = pa.Table.from_pydict(cols, schema=DIAGNOSTICS_SCHEMA)
         return FamilyOutput(credit_frame(context.trajectories, values, reasons), table, {})
 
 

@@ -136,6 +136,18 @@ def gigpo_group(outcomes: Sequence[float], anchors: Sequence[Sequence[Any]], *, 
     return GigpoGroup(episode, returns, step, credit, size)
 
 
+#: Columns of this family's diagnostics table (``signals/diagnostics/<name>.parquet``).
+DIAGNOSTICS_SCHEMA = pa.schema([
+    pa.field("task_id", pa.string()),
+    pa.field("trajectory_id", pa.string()),
+    pa.field("turn", pa.int32()),
+    pa.field("episode_advantage", pa.float64()),
+    pa.field("discounted_return", pa.float64()),
+    pa.field("step_advantage", pa.float64()),
+    pa.field("step_group_size", pa.int32()),
+])
+
+
 class GigpoFamily(FamilyBase):
     """The ``gigpo`` credit family: a signed advantage around ``neutral = 0``, from the collected
     trajectories alone (no policy, no environment)."""
@@ -155,8 +167,7 @@ class GigpoFamily(FamilyBase):
             groups.setdefault(traj.task_id, []).append(traj)
         values: dict[tuple[str, int], float] = {}
         reasons: dict[tuple[str, int], str] = {}
-        cols: dict[str, list] = {k: [] for k in ("task_id", "trajectory_id", "turn", "episode_advantage",
-                                                 "discounted_return", "step_advantage", "step_group_size")}
+        cols: dict[str, list] = {k: [] for k in DIAGNOSTICS_SCHEMA.names}
         singletons = turns = 0
         for task_id, group in groups.items():
             if len(group) < 2:
@@ -179,15 +190,7 @@ class GigpoFamily(FamilyBase):
                                        ("step_advantage", float(result.step[i][t])),
                                        ("step_group_size", int(result.group_size[i][t]))):
                         cols[key].append(value)
-        table = pa.table({
-            "task_id": pa.array(cols["task_id"], pa.string()),
-            "trajectory_id": pa.array(cols["trajectory_id"], pa.string()),
-            "turn": pa.array(cols["turn"], pa.int32()),
-            "episode_advantage": pa.array(cols["episode_advantage"], pa.float64()),
-            "discounted_return": pa.array(cols["discounted_return"], pa.float64()),
-            "step_advantage": pa.array(cols["step_advantage"], pa.float64()),
-            "step_group_size": pa.array(cols["step_group_size"], pa.int32()),
-        })
+        table = pa.Table.from_pydict(cols, schema=DIAGNOSTICS_SCHEMA)
         report = {"anchor": self.anchor, "normalize": self.normalize, "gamma": self.gamma, "omega": self.omega,
                   "n_turns_grouped": turns, "n_singleton_turns": singletons,
                   "singleton_share": singletons / turns if turns else None}

@@ -226,6 +226,20 @@ def hcapo_advantages(
 # ------------------------------------------------------------------------------ the family
 
 
+#: Columns of this family's diagnostics table (``signals/diagnostics/<name>.parquet``).
+DIAGNOSTICS_SCHEMA = pa.schema([
+    pa.field("trajectory_id", pa.string()),
+    pa.field("turn", pa.int32()),
+    pa.field("prompt_sha256", pa.string()),
+    pa.field("token_logprobs", pa.list_(pa.float64())),
+    pa.field("mean_logprob_hind", pa.float64()),
+    pa.field("mean_logprob_prior", pa.float64()),
+    pa.field("pi_hind", pa.float64()),
+    pa.field("ratio", pa.float64()),
+    pa.field("rho", pa.float64()),
+])
+
+
 class ImplicitFamily(FamilyBase):
     """The ``implicit`` credit family (HCAPO rho_t). Constants are the protocol's; the
     training-side ones (gamma, smoothing, omega, do-no-harm) are recorded for the training arms.
@@ -250,8 +264,7 @@ class ImplicitFamily(FamilyBase):
         policy = context.policy()
         builder = hindsight_builder(policy, self.history_length)
         values, reasons = {}, {}
-        cols = {k: [] for k in ("trajectory_id", "turn", "prompt_sha256", "token_logprobs", "mean_logprob_hind",
-                                "mean_logprob_prior", "pi_hind", "ratio", "rho")}
+        cols = {k: [] for k in DIAGNOSTICS_SCHEMA.names}
         total = len(context.trajectories)
         for done, traj in enumerate(context.trajectories, start=1):
             prompts = hindsight_prompts(traj, builder)
@@ -280,17 +293,7 @@ class ImplicitFamily(FamilyBase):
                 cols["ratio"].append(ratio.get(k))
                 cols["rho"].append(rho.get(k))
             context.report(self.name, done, total)
-        table = pa.table({
-            "trajectory_id": pa.array(cols["trajectory_id"], pa.string()),
-            "turn": pa.array(cols["turn"], pa.int32()),
-            "prompt_sha256": pa.array(cols["prompt_sha256"], pa.string()),
-            "token_logprobs": pa.array(cols["token_logprobs"], pa.list_(pa.float64())),
-            "mean_logprob_hind": pa.array(cols["mean_logprob_hind"], pa.float64()),
-            "mean_logprob_prior": pa.array(cols["mean_logprob_prior"], pa.float64()),
-            "pi_hind": pa.array(cols["pi_hind"], pa.float64()),
-            "ratio": pa.array(cols["ratio"], pa.float64()),
-            "rho": pa.array(cols["rho"], pa.float64()),
-        })
+        table = pa.Table.from_pydict(cols, schema=DIAGNOSTICS_SCHEMA)
         ratios = [v for v in cols["ratio"] if v is not None]
         clipped = sum(1 for v in ratios if not self.clip_low <= v <= self.clip_high)
         report = {

@@ -424,6 +424,23 @@ def embedded_judge_dir() -> Path:
     return JUDGE_MODEL_DIR
 
 
+#: Columns of this family's diagnostics table (``signals/diagnostics/<name>.parquet``).
+DIAGNOSTICS_SCHEMA = pa.schema([
+    pa.field("trajectory_id", pa.string()),
+    pa.field("turn", pa.int32()),
+    pa.field("judge_id", pa.string()),
+    pa.field("backend", pa.string()),
+    pa.field("prompt_sha256", pa.string()),
+    pa.field("raw_responses", pa.list_(pa.string())),
+    pa.field("parse_outcome", pa.string()),
+    pa.field("attempts", pa.int32()),
+    pa.field("logprob_1", pa.float64()),
+    pa.field("logprob_0", pa.float64()),
+    pa.field("logprob_minus1", pa.float64()),
+    pa.field("score", pa.int8()),
+])
+
+
 class JudgeFamily(FamilyBase):
     """The ``judge`` credit family (TARL w/o-gold) with the protocol's backend and constants.
 
@@ -480,9 +497,7 @@ class JudgeFamily(FamilyBase):
     def compute(self, context: SignalContext) -> FamilyOutput:
         judge = self.make_judge(context)
         values, reasons = {}, {}
-        cols: dict[str, list] = {k: [] for k in ("trajectory_id", "turn", "judge_id", "backend", "prompt_sha256",
-                                                 "raw_responses", "parse_outcome", "attempts", "logprob_1",
-                                                 "logprob_0", "logprob_minus1", "score")}
+        cols: dict[str, list] = {k: [] for k in DIAGNOSTICS_SCHEMA.names}
         total = len(context.trajectories)
         verdicts = (judge.judge_all(context.trajectories) if hasattr(judge, "judge_all")
                     else map(judge.judge, context.trajectories))
@@ -508,20 +523,7 @@ class JudgeFamily(FamilyBase):
                 cols["logprob_minus1"].append(None if lp[2] is None else float(lp[2]))
                 cols["score"].append(score)
             context.report(self.name, done, total)
-        table = pa.table({
-            "trajectory_id": pa.array(cols["trajectory_id"], pa.string()),
-            "turn": pa.array(cols["turn"], pa.int32()),
-            "judge_id": pa.array(cols["judge_id"], pa.string()),
-            "backend": pa.array(cols["backend"], pa.string()),
-            "prompt_sha256": pa.array(cols["prompt_sha256"], pa.string()),
-            "raw_responses": pa.array(cols["raw_responses"], pa.list_(pa.string())),
-            "parse_outcome": pa.array(cols["parse_outcome"], pa.string()),
-            "attempts": pa.array(cols["attempts"], pa.int32()),
-            "logprob_1": pa.array(cols["logprob_1"], pa.float64()),
-            "logprob_0": pa.array(cols["logprob_0"], pa.float64()),
-            "logprob_minus1": pa.array(cols["logprob_minus1"], pa.float64()),
-            "score": pa.array(cols["score"], pa.int8()),
-        })
+        table = pa.Table.from_pydict(cols, schema=DIAGNOSTICS_SCHEMA)
         scores = [s for s in cols["score"] if s is not None]
         report = {
             "judge_id": judge.judge_id,

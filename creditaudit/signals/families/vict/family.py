@@ -338,6 +338,23 @@ def _eligible(r: VictRollout, t: int) -> bool:
                                     for j, edges in r.gated.items())
 
 
+#: Columns of this family's diagnostics table (``signals/diagnostics/<name>.parquet``).
+DIAGNOSTICS_SCHEMA = pa.schema([
+    pa.field("trajectory_id", pa.string()),
+    pa.field("turn", pa.int32()),
+    pa.field("q", pa.int8()),
+    pa.field("a_base", pa.float64()),
+    pa.field("a_vict", pa.float64()),
+    pa.field("correction", pa.float64()),
+    pa.field("a_final", pa.float64()),
+    pa.field("reason", pa.string()),
+    pa.field("gated_edges", pa.list_(pa.string())),
+    pa.field("eligible", pa.bool_()),
+    pa.field("core", pa.list_(pa.string())),
+    pa.field("conformance_eps", pa.float64()),
+])
+
+
 class VictFamily(FamilyBase):
     """The ``vict`` credit family with the protocol's constants: a signed correction around
     ``neutral = 0`` that replays the recorded prefixes on the environment."""
@@ -390,8 +407,7 @@ class VictFamily(FamilyBase):
         lam, c = calibrate(base_all, vict_all, lambda_scale=self.lambda_scale, eps=self.eps,
                            clip_quantile=self.clip_quantile)
         values, reasons = {}, {}
-        diag = {k: [] for k in ("trajectory_id", "turn", "q", "a_base", "a_vict", "correction", "a_final", "reason",
-                                "edges", "eligible", "core", "conformance_eps")}
+        diag = {k: [] for k in DIAGNOSTICS_SCHEMA.names}
         n_nonzero = n_checked = 0
         for traj in context_trajectories:
             r = by_id[traj.trajectory_id]
@@ -419,24 +435,11 @@ class VictFamily(FamilyBase):
                 diag["correction"].append(corr)
                 diag["a_final"].append(r.a_base + corr)
                 diag["reason"].append(r.reason)
-                diag["edges"].append([f"{e.atom}:{e.kind}" for es in r.gated.values() for e in es if e.turn == t])
+                diag["gated_edges"].append([f"{e.atom}:{e.kind}" for es in r.gated.values() for e in es if e.turn == t])
                 diag["eligible"].append(eligible)
                 diag["core"].append(sorted(r.core) if r.core is not None else None)
                 diag["conformance_eps"].append(r.conformance.eps if r.conformance is not None else None)
-        table = pa.table({
-            "trajectory_id": pa.array(diag["trajectory_id"], pa.string()),
-            "turn": pa.array(diag["turn"], pa.int32()),
-            "q": pa.array(diag["q"], pa.int8()),
-            "a_base": pa.array(diag["a_base"], pa.float64()),
-            "a_vict": pa.array(diag["a_vict"], pa.float64()),
-            "correction": pa.array(diag["correction"], pa.float64()),
-            "a_final": pa.array(diag["a_final"], pa.float64()),
-            "reason": pa.array(diag["reason"], pa.string()),
-            "gated_edges": pa.array(diag["edges"], pa.list_(pa.string())),
-            "eligible": pa.array(diag["eligible"], pa.bool_()),
-            "core": pa.array(diag["core"], pa.list_(pa.string())),
-            "conformance_eps": pa.array(diag["conformance_eps"], pa.float64()),
-        })
+        table = pa.Table.from_pydict(diag, schema=DIAGNOSTICS_SCHEMA)
         report = {"lambda": lam, "clip": c, "core_budget": self.core_budget, "tie_band": self.tie_band,
                   "min_support": self.min_support,
                   # Eq. 8 is asserted above, so a report exists only when it held on every output
