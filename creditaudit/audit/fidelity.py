@@ -1,4 +1,4 @@
-"""Fidelity statistics of every family and control against the replay truth (SPEC.md §5).
+"""Fidelity statistics of every family and control against the replay truth (docs/design.md §5).
 
 One pipeline, the same exclusions for every subject (family or control):
 
@@ -18,7 +18,7 @@ One pipeline, the same exclusions for every subject (family or control):
 - precision-at-pivotal lift of the top ``statistics.top_k_fraction`` credited turns of each
   trajectory, with its cluster bootstrap CI (stream ``audit/lift/<stream>``);
 - both of the last two again on *resolved-pivotal* turns (the turn's ``A_replay`` interval excludes
-  0, SPEC.md §3) beside the paper's pivotal (``A_replay != 0``): ``sign_agreement_resolved`` on turns
+  0, docs/design.md §3) beside the paper's pivotal (``A_replay != 0``): ``sign_agreement_resolved`` on turns
   with nonzero credit that are resolved-pivotal, ``lift_resolved`` with resolved-pivotal as the
   target (stream ``audit/lift-resolved/<stream>``). With 3 rollouts an arm most zero-effect turns
   come out pivotal by noise; the resolved statistics are what a perfect credit is judged on.
@@ -116,7 +116,7 @@ def neutral_value(family_neutral: float | str | None, kind: str) -> float | str:
 
 def null_control_level(protocol: Protocol) -> float:
     """Confidence level of a null control's intervals: ``1 - alpha / k`` with ``k`` null controls
-    (Bonferroni, SPEC.md §5), so the Controls gate -- any null control's interval excluding 0 --
+    (Bonferroni, docs/design.md §5), so the Controls gate -- any null control's interval excluding 0 --
     declares a valid instrument invalid at most ``alpha`` of the time. One null control: ``1 - alpha``.
 
     Examples

@@ -1,4 +1,4 @@
-"""The measurability map: where is a step's contribution measurable at all? (SPEC.md §3)
+"""The measurability map: where is a step's contribution measurable at all? (docs/design.md §3)
 
 From the replay turn table: the share of complete turns that are pivotal, the share with
 ``sigma_floor = 0``, the share of decision points without a counterfactual, and whether the
@@ -49,7 +49,7 @@ class MeasurabilityMap:
     n_pivotal: int = 0
     """Complete turns with ``A_replay != 0`` (the paper's pivotal)."""
     n_resolved_pivotal: int = 0
-    """Complete turns whose ``A_replay`` interval excludes 0 (resolved-pivotal, SPEC.md §3)."""
+    """Complete turns whose ``A_replay`` interval excludes 0 (resolved-pivotal, docs/design.md §3)."""
     share_resolved_pivotal: float | None = None
     """Share of complete turns that are resolved-pivotal (beside ``share_pivotal``: with 3 rollouts an
     arm most zero-effect turns come out pivotal by noise)."""
@@ -62,7 +62,7 @@ class MeasurabilityMap:
 
 def resolved_pivotal(df: Any) -> np.ndarray:
     """Per turn of a replay table: complete and its ``A_replay`` interval (``ci_low``, ``ci_high``)
-    excludes 0 (SPEC.md §3). A table without the interval columns has no resolved-pivotal turn.
+    excludes 0 (docs/design.md §3). A table without the interval columns has no resolved-pivotal turn.
 
     Examples
     --------

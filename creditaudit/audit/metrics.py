@@ -1,4 +1,4 @@
-"""The audit's own metric: precision-at-pivotal lift (SPEC §5).
+"""The audit's own metric: precision-at-pivotal lift (docs/design.md §5).
 
 Hand-written because no library offers it: the share of pivotal turns among each trajectory's
 top-credited turns — ties across the cut-off sharing the remaining slots, the expectation under

@@ -1,4 +1,4 @@
-"""Integrity checks on four separate questions (SPEC.md §7).
+"""Integrity checks on four separate questions (docs/design.md §7).
 
 A hash proves only that bytes did not change; it does not prove that they are the right file, that
 they were ever data, that they can still be read, or that they keep what a reader needs to act.

@@ -45,7 +45,7 @@ GATE_STATISTICS = (
     "lift",
     "lift_ci_low",
     "lift_ci_high",
-    # the same on resolved-pivotal turns (the turn's A_replay interval excludes 0, SPEC.md §3)
+    # the same on resolved-pivotal turns (the turn's A_replay interval excludes 0, docs/design.md §3)
     "n_resolved_pivotal_turns",
     "sign_agreement_resolved",
     "sign_agreement_resolved_ci_low",

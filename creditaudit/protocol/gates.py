@@ -1,5 +1,5 @@
 """The protocol's hypotheses: predicates over the audit's statistics table, the gates built from
-them, and their decision order (SPEC.md §4; evaluated by :mod:`creditaudit.protocol.decision`).
+them, and their decision order (docs/design.md §4; evaluated by :mod:`creditaudit.protocol.decision`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The protocol: a typed, frozen, versioned description of an audit, fixed before any data exists.
 
-Every section SPEC.md §1 lists is a model here: environment and task source, policy and its
+Every section docs/design.md §1 lists is a model here: environment and task source, policy and its
 pinned content hashes, sampling, collection, replay budget, every signal's constants, the
 controls, statistics settings, exclusion rules, the gates (hypotheses) and their decision order,
 the confirmatory tests, and the training-arms experiment.

@@ -1,4 +1,4 @@
-"""The protocol's sections (SPEC.md §1): environment, policy, compute, collection, replay,
+"""The protocol's sections (docs/design.md §1): environment, policy, compute, collection, replay,
 signals and controls, statistics, exclusions, training arms. The gates are :mod:`.gates`; the
 protocol that holds them all is :mod:`.schema`.
 """
@@ -327,7 +327,7 @@ class CollectionSection(StrictModel):
 
 
 class ReplaySection(StrictModel):
-    """Executed counterfactual replay (SPEC.md §3)."""
+    """Executed counterfactual replay (docs/design.md §3)."""
 
     n_fact: int = Field(3, ge=3, le=1000)
     """Seeded re-executions of the factual action, each rolled out to the end."""
@@ -414,7 +414,7 @@ class ControlSpec(StrictModel):
 
 
 class RouterSection(StrictModel):
-    """The confidence router: send the lowest-confidence turns to the judge (SPEC.md §4).
+    """The confidence router: send the lowest-confidence turns to the judge (docs/design.md §4).
 
     The threshold is the order statistic of the policy's own confidence that makes the routed
     share equal ``routed_share``; the router is always reported with its recall of pivotal turns
@@ -485,7 +485,7 @@ class ExclusionSection(StrictModel):
 
 
 class ArmsSection(StrictModel):
-    """The seven-arm common-random-numbers LoRA experiment (SPEC.md §6)."""
+    """The seven-arm common-random-numbers LoRA experiment (docs/design.md §6)."""
 
     arms: list[Name] = Field(
         default_factory=lambda: [

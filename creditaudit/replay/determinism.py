@@ -1,4 +1,4 @@
-"""Determinism is verified, not assumed (SPEC §2).
+"""Determinism is verified, not assumed (docs/design.md §2).
 
 Two checks, both failing loudly with the first step where runs diverge:
 

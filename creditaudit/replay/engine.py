@@ -1,6 +1,6 @@
 """Executed counterfactual replay: the ground truth ``A_replay`` of every decision point.
 
-For trajectory ``tau`` and turn ``t`` (state ``s_t``, factual action ``a_t``), SPEC.md §3:
+For trajectory ``tau`` and turn ``t`` (state ``s_t``, factual action ``a_t``), docs/design.md §3:
 
 - factual arm: restore ``s_t``, execute ``a_t``, roll out with the same policy to the end,
   ``n_fact`` times (seeded; the original continuation is never reused);

@@ -1,8 +1,8 @@
 """Association beyond rank: partial correlation, OLS with standardised coefficients, Cohen's kappa.
 
-The fluency-echo analysis (SPEC §5 T3) regresses credit on fluency and causal increment and asks
+The fluency-echo analysis (docs/design.md §5 T3) regresses credit on fluency and causal increment and asks
 whether credit tracks the increment once fluency is held fixed; judge-vs-judge agreement uses
-exact agreement and Cohen's kappa (SPEC §4).
+exact agreement and Cohen's kappa (docs/design.md §4).
 
 Where the numbers come from: the partial correlation, its p-value and Fisher interval are
 :func:`pingouin.partial_corr` and :func:`pingouin.compute_esci`; the regression is

@@ -1,4 +1,4 @@
-"""Jensen-Shannon divergence between action distributions (SPEC §6).
+"""Jensen-Shannon divergence between action distributions (docs/design.md §6).
 
 A *divergence* with the log base stated, computed as the square of
 :func:`scipy.spatial.distance.jensenshannon` (scipy returns the Jensen-Shannon *distance*, the

@@ -1,4 +1,4 @@
-"""Equivalence and superiority for the training-arm comparisons (SPEC §6); the minimum
+"""Equivalence and superiority for the training-arm comparisons (docs/design.md §6); the minimum
 detectable effect is :mod:`creditaudit.stats.power`.
 
 Readings are "equivalent", "different" or "inconclusive" — a non-significant difference test is

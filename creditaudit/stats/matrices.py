@@ -1,6 +1,6 @@
 """Permutation tests on distance matrices: the partition test, Mantel and partial Mantel.
 
-Used on the matrix of JS divergences between training-arm checkpoints (SPEC §6): is the
+Used on the matrix of JS divergences between training-arm checkpoints (docs/design.md §6): is the
 between-arm divergence larger than the within-arm one, and does the divergence matrix follow
 the design matrix once parameter displacement is held fixed (partial Mantel)?
 

@@ -1,4 +1,4 @@
-"""Design sensitivity for the training-arm comparisons (SPEC §6): the minimum detectable effect.
+"""Design sensitivity for the training-arm comparisons (docs/design.md §6): the minimum detectable effect.
 
 Hand-written here: :func:`mde`'s root finding on scipy's noncentral t (see its Notes for why not
 ``statsmodels``' ``TTestPower.solve_power``) and the approximate TOST power at zero, which no

@@ -397,7 +397,7 @@ def resolution_bound(n, *, alpha: float = 0.05):
     If an arm's :math:`n` Bernoulli outcomes are all 0, every rate :math:`q` with
     :math:`(1-q)^n < \\alpha` is excluded at level :math:`\\alpha`; the largest rate not
     excluded is :math:`1 - \\alpha^{1/n}` (the exact Clopper-Pearson one-sided bound). A replay
-    zero is a statement at this resolution, never "no effect" (SPEC §3). Kept in closed form:
+    zero is a statement at this resolution, never "no effect" (docs/design.md §3). Kept in closed form:
     it equals the upper end of ``statsmodels``' ``proportion_confint(0, n, alpha=2 * alpha,
     method='beta')`` (tested against :func:`scipy.stats.beta` quantiles), without a quantile
     solver in the way of an exact formula.

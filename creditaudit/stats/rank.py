@@ -1,6 +1,6 @@
 """Rank fidelity: within-group Spearman, its median across groups, and a cluster bootstrap CI.
 
-This is the audit's headline statistic (SPEC §5): per trajectory, the Spearman correlation
+This is the audit's headline statistic (docs/design.md §5): per trajectory, the Spearman correlation
 between a family's credit and ``A_replay`` over included turns; the median across trajectories;
 a percentile bootstrap CI over trajectories.
 

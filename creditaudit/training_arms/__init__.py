@@ -1,4 +1,4 @@
-"""creditaudit.training_arms — the seven-arm CRN LoRA experiment (SPEC.md §6) and its analysis.
+"""creditaudit.training_arms — the seven-arm CRN LoRA experiment (docs/design.md §6) and its analysis.
 
 One shared training loop (:mod:`~creditaudit.training_arms.loop`) trains a LoRA adapter per arm
 and seed index on the protocol's base policy with GRPO-style updates on fresh rollouts, the arms

@@ -1,4 +1,4 @@
-"""Analysis of the seven-arm experiment (SPEC.md §6): confirmatory comparisons, divergence, dose.
+"""Analysis of the seven-arm experiment (docs/design.md §6): confirmatory comparisons, divergence, dose.
 
 Confirmatory comparisons (paired over the held-out tasks; a task's value for an arm is its success
 averaged over the arm's included seeds):

@@ -7,7 +7,7 @@ turn by turn, by a weight ``w_{i,t}`` from its own rule; the effective per-turn 
 is dropped before the update, so rules that zero many weights buy fewer optimizer steps (the
 dose the analysis controls for).
 
-The rules (SPEC.md §6), decisions of this module marked (*):
+The rules (docs/design.md §6), decisions of this module marked (*):
 
 ``outcome_only``
     ``w = 1``.
@@ -48,7 +48,7 @@ from creditaudit.signals.controls import shuffle_values
 
 __all__ = ["ARM_NAMES", "ArmRule", "GroupCredit", "arm_rule", "effective_advantages"]
 
-ARM_NAMES = tuple(ArmsSection().arms)  # the seven arms of SPEC.md §6, in the protocol's default order
+ARM_NAMES = tuple(ArmsSection().arms)  # the seven arms of docs/design.md §6, in the protocol's default order
 
 
 @dataclass(frozen=True)

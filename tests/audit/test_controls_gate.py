@@ -1,4 +1,4 @@
-"""The Controls gate is calibrated (SPEC.md §5, issue 25 item 4): with k null controls each is
+"""The Controls gate is calibrated (docs/design.md §5, issue 25 item 4): with k null controls each is
 judged at level 1 - alpha/k, so on null credit -- a valid instrument -- the gate fires (some null
 control's interval excludes 0) in at most alpha of the redraws.
 

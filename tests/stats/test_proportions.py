@@ -26,7 +26,7 @@ def test_wilson_matches_statsmodels(k, n, level):
 
 
 def test_wilson_reproduces_the_papers_sign_agreement_intervals():
-    # SPEC §5: implicit 267/527 = 50.7% [46.4, 54.9]; judge 84/139 = 60.4% [52.1, 68.2]
+    # docs/design.md §5: implicit 267/527 = 50.7% [46.4, 54.9]; judge 84/139 = 60.4% [52.1, 68.2]
     implicit, judge = wilson(267, 527), wilson(84, 139)
     assert round(100 * implicit.proportion, 1) == 50.7
     assert [round(100 * b, 1) for b in implicit.ci] == [46.4, 54.9]
@@ -156,7 +156,7 @@ def test_sign_agreement_bad_input():
 
 
 def test_resolution_bound_spec_value_and_definition():
-    assert round(resolution_bound(3), 3) == 0.632  # SPEC §3
+    assert round(resolution_bound(3), 3) == 0.632  # docs/design.md §3
     # definition: the largest rate q with (1 - q)**n >= alpha
     for n in (1, 3, 8, 20):
         q = resolution_bound(n, alpha=0.05)

@@ -1,4 +1,4 @@
-"""Ledger entries of the training-arms experiment (SPEC.md §6), only when the run has ``arms/``.
+"""Ledger entries of the training-arms experiment (docs/design.md §6), only when the run has ``arms/``.
 
 Recomputed from the raw arms tables — ``arms/evaluation.parquet`` (every evaluation episode),
 ``arms/training.parquet`` (every arm x seed x round record: dose counters, displacement, credit

@@ -1,4 +1,4 @@
-"""Ledger entries of the executed replay: counters and the measurability map (SPEC.md §3).
+"""Ledger entries of the executed replay: counters and the measurability map (docs/design.md §3).
 
 Recomputed from ``replay/turns.parquet`` and ``replay/rollouts.parquet`` with the audit's own
 :func:`~creditaudit.audit.measurability.measurability_map` (same named seed stream), never read

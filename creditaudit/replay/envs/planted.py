@@ -33,7 +33,7 @@ Known effects
 
         true_effect(s, a) = Q(s, a) - mean_{a' admissible, a' != a} Q(s, a')
 
-    which is the expectation of ``A_replay`` (factual arm minus alternative arm, see SPEC §3)
+    which is the expectation of ``A_replay`` (factual arm minus alternative arm, see docs/design.md §3)
     when the policy is the reference policy: the alternative arm then draws the other doors
     uniformly, so each enters the arm's mean with equal weight. Effects are exactly 0 at noop
     rooms and after the outcome is decided, nonzero at pivotal and absorbing rooms where the
@@ -347,7 +347,7 @@ class PlantedEnv:
     def true_effect(self, action: str, state: PlantedState | None = None) -> float:
         """``Q(s, a) - mean_{a' admissible, a' != a} Q(s, a')`` under the reference policy.
 
-        This is the expectation of ``A_replay`` (SPEC §3) for the reference policy: its
+        This is the expectation of ``A_replay`` (docs/design.md §3) for the reference policy: its
         alternative arm draws the other admissible doors uniformly.
         """
         self._check_started()

@@ -20,7 +20,7 @@ Credit
 ``F`` is the group's sample standard deviation (``ddof=1``, as ``torch.std`` in verl-agent) plus
 ``eps = 1e-6`` (``normalize: std``, verl-agent's ``mean_std_norm``), or 1 (``normalize: none``,
 ``mean_norm``). A step group of one turn has no baseline: its ``A_S`` is 0 (verl-agent instead uses
-mean 0 and scale 1 for a singleton, i.e. ``A_S = R_t``; SPEC.md §4 takes 0, so a singleton adds
+mean 0 and scale 1 for a singleton, i.e. ``A_S = R_t``; docs/design.md §4 takes 0, so a singleton adds
 nothing), and the share of singleton turns is reported. A task group of one rollout abstains
 (``group_of_one``), as the base advantages do.
 """

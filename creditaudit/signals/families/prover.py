@@ -46,7 +46,7 @@ Credit
     0 (the paper leaves their GRPO advantage unchanged). The *other* trajectories of an eligible
     group abstain (``not_verified_trajectory``): ProVer adds nothing to them in the paper, and the
     boundary measurement says nothing about their turns, so writing 0 would claim "no effect"
-    where nothing was measured (SPEC §3). The credit column is the ProVer correction only (the
+    where nothing was measured (docs/design.md §3). The credit column is the ProVer correction only (the
     GRPO base advantage is the ``grpo`` family); a rejected proposal (``Delta <= 0``) is a valid
     measurement and credits 0.
 
