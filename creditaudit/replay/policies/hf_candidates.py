@@ -25,6 +25,10 @@ __all__ = ["CandidateDecoding", "takes_tree_mask", "draw_constrained"]
 _MEMO_LIMIT = 200_000
 """Entries kept by a policy's scoring memo and action-encoding memo before they start afresh."""
 
+SHARED_TREE_TOKENS = 4096
+"""Branch tokens one row of :meth:`CandidateDecoding.score_shared_prefix` holds (its mask is
+``width x width``: about 100 MB in float32 at this size beside a 1,000-token prefix)."""
+
 
 def takes_tree_mask(config: Any) -> bool:
     """Whether a model (by its config) can score candidates under a custom tree attention mask.
@@ -184,6 +188,81 @@ class CandidateDecoding:
             results.append(row)
         return results
 
+    def score_shared_prefix(
+        self,
+        prompts: Sequence[str],
+        candidates: Sequence[Sequence[str]],
+        *,
+        include_stop: bool = True,
+        max_tree_tokens: int = SHARED_TREE_TOKENS,
+    ) -> list[list[ActionScore]]:
+        """:meth:`score_candidates`' numbers for prompts that begin alike (a judge's per-turn
+        prompts all start with the same transcript), encoding their common beginning once.
+
+        The prompts' longest common *token* prefix is the row's prompt; each prompt's remaining
+        tokens followed by each of its candidates (and the end token, with ``include_stop``) are
+        the branches of one prefix tree after it, scored under the tree attention mask of
+        :meth:`score_candidates`. The token sequences scored are exactly those of
+        :meth:`score_candidates` (each prompt tokenized whole, the prefix cut at the token level),
+        so the numbers agree with it to float rounding (about 1e-6). With ``n`` prompts of ``L``
+        common tokens this costs ``L`` plus the branches' distinct tokens instead of ``n * L``.
+        A tree larger than ``max_tree_tokens`` is split into rows that each repeat the prefix.
+
+        Models that cannot take the tree mask, fewer than two prompts, or prompts that share no
+        token are scored by :meth:`score_candidates` instead. The scoring memo is not consulted.
+        Hand-written: no library scores branches of a shared prefix in one pass on a stock
+        ``transformers`` model.
+        """
+        if len(prompts) != len(candidates):
+            raise ValueError(f"`candidates` must have one list per prompt; got {len(candidates)} for {len(prompts)}")
+        if not self._tree_attention or len(prompts) < 2:
+            return self.score_candidates(prompts, candidates, include_stop=include_stop)
+        prompt_ids = [self.encode_prompt(p) for p in prompts]
+        shared = 0
+        for column in zip(*prompt_ids):
+            if any(t != column[0] for t in column):
+                break
+            shared += 1
+        # the first branch token is predicted after the prefix's last token, so keep one in it
+        shared = min(shared, min(len(ids) for ids in prompt_ids))
+        if shared == 0:
+            return self.score_candidates(prompts, candidates, include_stop=include_stop)
+        prefix = prompt_ids[0][:shared]
+        stop = [self.eos_token_id] if include_stop else []
+        branches: list[list[tuple[list[int], list[int]]]] = []  # per prompt: (candidate ids, branch tokens)
+        for i, (ids, cands) in enumerate(zip(prompt_ids, candidates)):
+            rest = ids[shared:]
+            row = []
+            for j, a in enumerate(cands):
+                a_ids = self._encode_candidate(a)
+                if not a_ids:
+                    raise InputError(f"`candidates[{i}][{j}]` ({a!r}) tokenizes to no tokens; an action must be a "
+                                     "non-empty string")
+                row.append((a_ids, rest + a_ids + stop))
+            branches.append(row)
+        # rows of whole prompts, each holding at most max_tree_tokens branch tokens (or one prompt)
+        rows: list[list[int]] = [[]]
+        size = 0
+        for i, row in enumerate(branches):
+            tokens = len(prompt_ids[i]) - shared + sum(len(a) + len(stop) for a, _ in row)
+            if rows[-1] and size + tokens > max_tree_tokens:
+                rows.append([])
+                size = 0
+            rows[-1].append(i)
+            size += tokens
+        values = self._score_tree([prefix] * len(rows), [[b for i in r for _, b in branches[i]] for r in rows], 1)
+        out: list[list[ActionScore]] = [[] for _ in prompts]
+        for r, scored in zip(rows, values):
+            at = 0
+            for i in r:
+                for a_ids, _ in branches[i]:
+                    v = scored[at]
+                    at += 1
+                    tail = v[len(v) - len(a_ids) - len(stop):]
+                    out[i].append(ActionScore(tuple(a_ids), tuple(tail[: len(a_ids)]),
+                                              tail[-1] if include_stop else None))
+        return out
+
     @contextmanager
     def scoring_memo(self) -> Iterator[None]:
         """Within the block, every (prompt, candidate) pair :meth:`score_candidates` has scored is
@@ -339,26 +418,37 @@ class CandidateDecoding:
         # rollouts at their shared first turn) share them.
         prompt_index: dict[str, int] = {}
         cands_of: list[dict[str, int]] = []
-        rows_of: list[list[tuple[str, int, int]]] = []
+        # rows with the same prompt and candidates (rollouts at one decision point) share one
+        # index of their candidates, one list of scored rows and one array of log-probabilities
+        index_of: dict[tuple[int, tuple[str, ...]], list[tuple[str, int, int]]] = {}
+        row_keys: list[tuple[int, tuple[str, ...]]] = []
         for i, (prompt, cands) in enumerate(zip(prompts, candidates)):
             if not cands:
                 raise ValueError(f"`candidates[{i}]` is empty: admissible decoding needs at least one command")
             k = prompt_index.setdefault(prompt, len(prompt_index))
             if k == len(cands_of):
                 cands_of.append({})
-            rows_of.append([(c, k, cands_of[k].setdefault(c, len(cands_of[k]))) for c in cands])
+            key = (k, tuple(cands))
+            if key not in index_of:
+                index_of[key] = [(c, k, cands_of[k].setdefault(c, len(cands_of[k]))) for c in cands]
+            row_keys.append(key)
         scores = self.score_candidates(list(prompt_index), [list(c) for c in cands_of], include_stop=True,
                                        batch_size=batch_size)
-        per_row: list[list[tuple[str, ActionScore]]] = [[(c, scores[k][j]) for c, k, j in row] for row in rows_of]
+        shared: dict[tuple[int, tuple[str, ...]], tuple[list[tuple[str, ActionScore]], Any]] = {}
         out = []
-        for seed, rows in zip(seeds, per_row):
+        for seed, key in zip(seeds, row_keys):
             if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0 or seed >= 2**64:
                 raise ValueError(f"`seeds` must hold integers in [0, 2**64); got {seed!r}")
+            entry = shared.get(key)
+            if entry is None:
+                rows = [(c, scores[k][j]) for c, k, j in index_of[key]]
+                entry = shared[key] = (rows, None if self.decoding == "constrained" else
+                                       np.array([sc.sum_logprob + (sc.stop_logprob or 0.0) for _, sc in rows]))
+            rows, total = entry
             if self.decoding == "constrained":
                 action, sc = draw_constrained(rows, temperature, seed)
                 out.append(SampledAction(action, sc.token_ids, sc.token_logprobs, "candidate", sc.stop_logprob, int(seed)))
                 continue
-            total = np.array([sc.sum_logprob + (sc.stop_logprob or 0.0) for _, sc in rows])
             if temperature == 0:
                 k = int(np.argmax(total))
             else:

@@ -346,7 +346,7 @@ class LocalJudge:
     ----------
     model : HFPolicy
         The judge model (anything with ``tokenizer``, ``prompt_builder.mode`` and ``score``; its
-        ``score_candidates`` is used when it has one).
+        ``score_shared_prefix``, else ``score_candidates``, is used when it has one).
     judge_id : str
     max_negative : int, default 1
     """
@@ -370,7 +370,10 @@ class LocalJudge:
     def judge(self, trajectory: Trajectory) -> JudgeVerdict:
         body = judge_prompt(trajectory, max_negative=self.max_negative, setting=self.setting)
         prompts = [self.turn_prompt(body, trajectory, i) for i in range(len(trajectory.turns))]
-        if hasattr(self.model, "score_candidates"):  # each turn's prompt encoded once for its three choices
+        if hasattr(self.model, "score_shared_prefix"):  # the transcript encoded once for every turn's cue and choices
+            scored = [s for row in self.model.score_shared_prefix(prompts, [list(JUDGE_CHOICES)] * len(prompts),
+                                                                   include_stop=False) for s in row]
+        elif hasattr(self.model, "score_candidates"):  # each turn's prompt encoded once for its three choices
             scored = [s for row in self.model.score_candidates(prompts, [list(JUDGE_CHOICES)] * len(prompts),
                                                                 include_stop=False) for s in row]
         else:

@@ -92,7 +92,10 @@ class LocalSegmentJudge:
                 candidates: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], dict[str, Any]]:
         prompt = self.prompt(source, failed)
         choices = [self.choice(source, s) for s in candidates]
-        scored = self.model.score([prompt] * len(choices), choices)
+        if hasattr(self.model, "score_candidates"):  # the prompt encoded once for every candidate segment
+            scored = self.model.score_candidates([prompt], [choices], include_stop=False)[0]
+        else:
+            scored = self.model.score([prompt] * len(choices), choices)
         lp = {s: float(sc.sum_logprob) for s, sc in zip(candidates, scored)}
         if not all(math.isfinite(v) for v in lp.values()):
             raise ValueError("non-finite segment log-probability")

@@ -535,6 +535,43 @@ def test_score_candidates_equals_scoring_every_pair(policy, path, include_stop, 
                 assert g.stop_logprob is None
 
 
+@pytest.mark.parametrize("path", ["tree", "cached"])
+@pytest.mark.parametrize("include_stop", [True, False])
+@pytest.mark.parametrize("max_tree_tokens", [1, 40, 4096])
+def test_score_shared_prefix_equals_scoring_every_pair(policy, monkeypatch, path, include_stop, max_tree_tokens):
+    """Prompts that begin alike (a judge's per-turn prompts: one transcript, then a per-turn cue)
+    are scored with :meth:`score`'s numbers (a full forward pass per pair), whatever the suffix
+    lengths (a prompt that is all prefix included), candidate counts, and however the tree is
+    split into rows; the common beginning is one row's prompt, never fed once per prompt."""
+    scorer = _scorer(policy, path)
+    body = policy.prompt_builder.build(GOAL, "you see a mug 1 and a desk 1", ADMISSIBLE, [("you arrive", "look")])
+    prompts = [body, body + " look", body + " go to desk 2 look look", body + " take mug 1"]
+    candidates = [["1", "0", "-1"], ["look"], TRIE, ["go to desk 1", "go to desk 1 look"]]
+    widths = []
+    original = scorer._forward
+    monkeypatch.setattr(scorer, "_forward", lambda ids, *a, **k: widths.append(ids.shape) or original(ids, *a, **k))
+    got = scorer.score_shared_prefix(prompts, candidates, include_stop=include_stop, max_tree_tokens=max_tree_tokens)
+    for prompt, cands, row in zip(prompts, candidates, got):
+        want = policy.score([prompt] * len(cands), list(cands), include_stop=include_stop)
+        assert len(row) == len(cands)
+        for w, g in zip(want, row):
+            assert g.token_ids == w.token_ids
+            assert g.token_logprobs == pytest.approx(w.token_logprobs, abs=1e-5)
+            if include_stop:
+                assert g.stop_logprob == pytest.approx(w.stop_logprob, abs=1e-5)
+            else:
+                assert g.stop_logprob is None
+    n_body = len(scorer.encode_prompt(body))
+    if path == "tree":
+        rows = sum(shape[0] for shape in widths)
+        expected = {1: (len(prompts), len(prompts)), 40: (2, len(prompts) - 1), 4096: (1, 1)}[max_tree_tokens]
+        assert expected[0] <= rows <= expected[1]
+        # the body is fed once per row, never once per prompt and candidate
+        assert all(n_body < shape[1] < 2 * n_body for shape in widths)
+    else:  # no tree mask: the prompt-cache path of score_candidates
+        assert len(widths) == 2
+
+
 def test_tree_scoring_is_one_pass_over_each_prompt_and_its_prefix_tree(policy, monkeypatch):
     """Tree scoring feeds one row per prompt: the prompt's tokens and one token per distinct
     candidate prefix (not per candidate token) -- the cost it claims."""
