@@ -47,7 +47,7 @@ def _pool_run(frame):
     """One work unit as the replay stage's workers run it, without writing its shards."""
     from creditaudit.replay.executors import replay_unit
 
-    return replay_unit(frame).rollouts.num_rows
+    return replay_unit([frame])[0].rollouts.num_rows
 
 
 def main() -> None:

@@ -26,6 +26,7 @@ from creditaudit.replay.engine import (
     ReplaySettings,
     UnitResult,
     difference_interval,
+    replay_group,
     replay_trajectory,
 )
 from creditaudit.replay.records import TRAJECTORIES, TURN_SCHEMA, Trajectory, TurnRecord, trajectories_from_table
@@ -72,6 +73,7 @@ __all__ = [
     "ReplaySummary",
     "UnitResult",
     "difference_interval",
+    "replay_group",
     "replay_trajectory",
     "run_replay",
     "read_replay",

@@ -13,15 +13,18 @@ For trajectory ``tau`` and turn ``t`` (state ``s_t``, factual action ``a_t``), d
 - an arm whose ``n`` outcomes are all equal excludes, at one-sided level ``alpha``, only effects
   above ``1 - alpha**(1/n)`` (its resolution bound).
 
-A work unit is one trajectory. It runs in one environment instance: one reset, the factual
-prefix replayed once with every state checked against the recorded signature and observation
-(divergences counted), states snapshotted, and every rollout started by restoring the turn's
-snapshot and checking its signature again (an environment without native snapshots is restored by
-prefix replay, :mod:`creditaudit.replay.envs.prefix`, which checks every replayed observation and
-counts a mismatch as a divergence). All rollouts of all turns advance in lockstep with one
+A work unit is one task's group of collected trajectories (:func:`replay_group`). It runs in one
+environment instance: one reset, each trajectory's factual prefix replayed once from the initial
+state with every state checked against the recorded signature and observation (divergences
+counted), states snapshotted, and every rollout started by restoring the turn's snapshot and
+checking its signature again (an environment without native snapshots is restored by prefix
+replay, :mod:`creditaudit.replay.envs.prefix`, which checks every replayed observation and counts a
+mismatch as a divergence). All rollouts of all turns of the group advance in lockstep with one
 batched policy call per round; transitions are cached by ``(state signature, action)``, so a
-transition already executed in the unit is never executed again. Each unit writes its two tables
-atomically; a unit whose files exist is skipped on resume.
+transition already executed in the unit -- by any of the task's trajectories -- is never executed
+again. Each trajectory's two tables are written atomically; a group whose trajectories' files all
+exist is skipped on resume, and a group with any missing is replayed whole (so a resumed run is
+the uninterrupted run, to the byte).
 
 Seeds (named streams): the ``j``-th alternative draw of turn ``t`` uses
 ``replay/<traj>/<t>/draw/<j>``; the action rollout ``r`` of arm ``a`` samples at its step ``s``
@@ -54,6 +57,7 @@ __all__ = [
     "TURN_TABLE_SCHEMA",
     "ROLLOUT_TABLE_SCHEMA",
     "replay_trajectory",
+    "replay_group",
     "sampled_turns",
     "difference_interval",
     "write_unit",
@@ -181,8 +185,10 @@ def difference_interval(x1: int, n1: int, x2: int, n2: int, *, level: float = 0.
 
 @dataclass
 class _TurnPlan:
+    traj: str
     turn: int
     action: str
+    expected_signature: str = ""
     snapshot: Any = None
     signature: str = ""
     observation: str = ""
@@ -209,7 +215,7 @@ def sampled_turns(streams: SeedStreams, trajectory_id: str, n_turns: int, k: int
 
 
 def _draw_alternatives(plans: list[_TurnPlan], *, policy: Any, builder: PromptBuilder, goal: str,
-                       streams: SeedStreams, traj: str, settings: ReplaySettings) -> None:
+                       streams: SeedStreams, settings: ReplaySettings) -> None:
     """Find K distinct admissible alternatives per turn, in draw order (batched across turns)."""
     pending = [p for p in plans if p.status == "complete"]
     for plan in pending:
@@ -225,7 +231,7 @@ def _draw_alternatives(plans: list[_TurnPlan], *, policy: Any, builder: PromptBu
             start = next_draw[id(plan)]
             for j in range(start, min(start + settings.draw_batch, settings.max_alt_draws)):
                 prompts.append(prompt)
-                seeds.append(streams.seed_int(f"replay/{traj}/{plan.turn}/draw/{j}"))
+                seeds.append(streams.seed_int(f"replay/{plan.traj}/{plan.turn}/draw/{j}"))
                 owners.append((plan, j))
         samples = policy.sample(prompts, seeds=seeds, temperature=settings.alt_temperature,
                                 max_action_tokens=settings.max_action_tokens,
@@ -252,9 +258,10 @@ def _draw_alternatives(plans: list[_TurnPlan], *, policy: Any, builder: PromptBu
 
 
 def _run_arms(env: Environment, policy: Any, builder: PromptBuilder, plans: list[_TurnPlan], *, goal: str,
-              streams: SeedStreams, traj: str, settings: ReplaySettings, signatures: list[str],
-              counters: dict[str, int], on_step: Callable[[int], None] | None) -> None:
-    """Step 3 of :func:`replay_trajectory`: the arms of every complete turn, advanced together."""
+              streams: SeedStreams, settings: ReplaySettings, counters: dict[str, dict[str, int]],
+              on_step: Callable[[int], None] | None) -> None:
+    """Step 3 of :func:`replay_group`: the arms of every complete turn of every trajectory of the
+    group, advanced together through one transition cache."""
     cache = TransitionCache()
     all_rollouts: list[Rollout] = []
     forced: dict[Any, str] = {}
@@ -270,10 +277,10 @@ def _run_arms(env: Environment, policy: Any, builder: PromptBuilder, plans: list
         for arm, k, first, n in arms:
             for rep in range(n):
                 env.restore(plan.snapshot)
-                counters["restore_checks"] += 1
-                restore_ok = env.state_signature() == signatures[plan.turn]
-                stream = f"replay/{traj}/{plan.turn}/{arm}/{rep}"
-                key = (plan.turn, arm, rep)
+                counters[plan.traj]["restore_checks"] += 1
+                restore_ok = env.state_signature() == plan.expected_signature
+                stream = f"replay/{plan.traj}/{plan.turn}/{arm}/{rep}"
+                key = (plan.traj, plan.turn, arm, rep)
                 rollout = Rollout(key=key, goal=goal, snapshot=plan.snapshot, signature=plan.signature,
                                   observation=plan.observation, admissible=plan.admissible,
                                   history=list(plan.history), steps=plan.turn)
@@ -289,49 +296,29 @@ def _run_arms(env: Environment, policy: Any, builder: PromptBuilder, plans: list
     advance(env, policy, builder, all_rollouts, seed_for=seed_for, temperature=settings.rollout_temperature,
             max_action_tokens=settings.max_action_tokens, first_actions=forced, record=True, cache=cache,
             on_step=on_step)
-    counters["engine_steps"] += cache.misses
-    counters["cache_hits"] = cache.hits
-    counters["rollouts"] = len(all_rollouts)
+    for rollout in all_rollouts:
+        own = counters[rollout.key[0]]
+        own["engine_steps"] += rollout.engine_steps
+        own["cache_hits"] += rollout.cache_hits
+        own["rollouts"] += 1
 
 
-def replay_trajectory(
-    env: Environment,
-    policy: Any,
-    *,
-    task: Task,
-    trajectory: Any,
-    protocol_id: str,
-    settings: ReplaySettings,
-    on_step: Callable[[int], None] | None = None,
-) -> UnitResult:
-    """Replay every turn of one collected trajectory (a pandas frame of its turns, in order).
-
-    Returns the turn and rollout tables of the unit and its counters (engine steps, cache hits,
-    divergences, rollouts).
-    """
-    from creditaudit.stats import resolution_bound  # (the statistics stack loads only when replay runs)
-
-    streams = SeedStreams(protocol_id)
-    builder: PromptBuilder = policy.prompt_builder
+def _replay_prefix(env: Environment, trajectory: Any, *, start: Callable[[], Any], counters: dict[str, int]
+                   ) -> tuple[str, str, list[_TurnPlan]]:
+    """Step 1: the factual prefix of one trajectory, replayed once from ``start()`` (the task's
+    initial observation, the engine put in the initial state) and checked at every state; each
+    turn's state snapshotted. Returns (trajectory id, goal, the turns' plans)."""
     traj = str(trajectory["trajectory_id"].iloc[0])
     actions = [str(a) for a in trajectory["action"]]
     signatures = [str(s) for s in trajectory["state_signature"]]
     observations = [str(o) for o in trajectory["observation"]]
-    logprobs = list(trajectory["mean_logprob"])
-    counters = {"engine_steps": 0, "cache_hits": 0, "divergences": 0, "restore_checks": 0, "rollouts": 0}
-    # an environment restored by prefix replay checks every replayed observation; its mismatches
-    # are divergences of this unit too (the rollout's restore also reads as failed)
-    restore_divergences = int(getattr(env, "divergences", 0))
-
-    # 1. the factual prefix, replayed once and checked at every state
-    obs = env.reset(task)
-    goal = obs.goal
+    obs = start()
     plans: list[_TurnPlan] = []
     text, admissible = obs.text, tuple(obs.admissible)
     history: list[Turn] = []
     diverged = False
     for t, action in enumerate(actions):
-        plan = _TurnPlan(turn=t, action=action)
+        plan = _TurnPlan(traj=traj, turn=t, action=action, expected_signature=signatures[t])
         signature = env.state_signature()
         plan.prefix_ok = (not diverged) and signature == signatures[t] and " ".join(text.split()) == " ".join(observations[t].split())
         if not plan.prefix_ok:
@@ -353,84 +340,164 @@ def replay_trajectory(
             # the recorded trajectory continued past an end the engine reports now
             counters["divergences"] += 1
             diverged = True
+    return traj, obs.goal, plans
 
-    # the preregistered turn sample: a function of the protocol id and the trajectory's length only
-    chosen_turns = sampled_turns(streams, traj, len(plans), settings.turns_per_trajectory)
-    if chosen_turns is not None:
-        for plan in plans:
-            if plan.turn not in chosen_turns and plan.status == "complete":
-                plan.status = "not_sampled"
 
-    # 2. alternatives. From here on the unit's rollouts revisit its turns' decision points, so the
-    # policy remembers every (prompt, candidate) score it computes for the rest of the unit.
+def replay_trajectory(
+    env: Environment,
+    policy: Any,
+    *,
+    task: Task,
+    trajectory: Any,
+    protocol_id: str,
+    settings: ReplaySettings,
+    on_step: Callable[[int], None] | None = None,
+) -> UnitResult:
+    """Replay every turn of one collected trajectory (a pandas frame of its turns, in order):
+    :func:`replay_group` of a group of one."""
+    return replay_group(env, policy, task=task, trajectories=[trajectory], protocol_id=protocol_id,
+                        settings=settings, on_step=on_step)[0]
+
+
+def replay_group(
+    env: Environment,
+    policy: Any,
+    *,
+    task: Task,
+    trajectories: list[Any],
+    protocol_id: str,
+    settings: ReplaySettings,
+    on_step: Callable[[int], None] | None = None,
+) -> list[UnitResult]:
+    """Replay every turn of the collected trajectories of one task (pandas frames of their turns,
+    in order), together: the replay's work unit.
+
+    The engine is reset once; every later trajectory's prefix starts from the restored initial
+    state, so every snapshot of the group stays valid, and the arms of all their turns advance in
+    lockstep through one transition cache and one scoring memory. A task's ``G`` trajectories
+    start in the same room and their rollouts revisit the same states, so a transition or a
+    (prompt, candidate) score computed for one trajectory is reused by the others. Every sampled
+    action still has its own named stream, so a trajectory's rollouts do not depend on which
+    trajectories share its group (up to the float rounding of the scoring memory: see
+    ``HFPolicy.scoring_memo``).
+
+    Returns one :class:`UnitResult` per trajectory, in order (the counters of a transition
+    executed once and reused are the trajectory's whose rollout executed it first; divergences
+    counted while restoring, by an environment restored by prefix replay, are the first
+    trajectory's).
+    """
+    from creditaudit.stats import resolution_bound  # (the statistics stack loads only when replay runs)
+
+    if not trajectories:
+        return []
+    streams = SeedStreams(protocol_id)
+    builder: PromptBuilder = policy.prompt_builder
+    counter_names = ("engine_steps", "cache_hits", "divergences", "restore_checks", "rollouts")
+    # an environment restored by prefix replay checks every replayed observation; its mismatches
+    # are divergences of this group too (the rollout's restore also reads as failed)
+    restore_divergences = int(getattr(env, "divergences", 0))
+    initial: dict[str, Any] = {}
+
+    def start() -> Any:
+        if not initial:  # the first trajectory: reset, and keep the initial state
+            obs = env.reset(task)
+            initial.update(obs=obs, snapshot=env.snapshot())
+            return obs
+        env.restore(initial["snapshot"])
+        return initial["obs"]
+
+    # 1. the factual prefixes
+    counters: dict[str, dict[str, int]] = {}
+    units: list[tuple[str, list[_TurnPlan], list[Any]]] = []
+    goal = ""
+    for trajectory in trajectories:
+        own = dict.fromkeys(counter_names, 0)
+        traj, goal, plans = _replay_prefix(env, trajectory, start=start, counters=own)
+        if traj in counters:
+            raise ValueError(f"trajectory {traj} appears twice in one replay group")
+        counters[traj] = own
+        # the preregistered turn sample: a function of the protocol id and the trajectory's length only
+        chosen_turns = sampled_turns(streams, traj, len(plans), settings.turns_per_trajectory)
+        if chosen_turns is not None:
+            for plan in plans:
+                if plan.turn not in chosen_turns and plan.status == "complete":
+                    plan.status = "not_sampled"
+        units.append((traj, plans, list(trajectory["mean_logprob"])))
+    all_plans = [plan for _, plans, _ in units for plan in plans]
+
+    # 2. alternatives. From here on the group's rollouts revisit its turns' decision points, so the
+    # policy remembers every (prompt, candidate) score it computes for the rest of the group.
     memo = policy.scoring_memo() if hasattr(policy, "scoring_memo") else nullcontext()
     with memo:
-        _draw_alternatives(plans, policy=policy, builder=builder, goal=goal, streams=streams, traj=traj,
-                           settings=settings)
-        _run_arms(env, policy, builder, plans, goal=goal, streams=streams, traj=traj, settings=settings,
-                  signatures=signatures, counters=counters, on_step=on_step)
+        _draw_alternatives(all_plans, policy=policy, builder=builder, goal=goal, streams=streams, settings=settings)
+        _run_arms(env, policy, builder, all_plans, goal=goal, streams=streams, settings=settings,
+                  counters=counters, on_step=on_step)
 
     # 4. tables
-    turn_rows: dict[str, list] = {f.name: [] for f in TURN_TABLE_SCHEMA}
-    roll_rows: dict[str, list] = {f.name: [] for f in ROLLOUT_TABLE_SCHEMA}
-    for plan, lp in zip(plans, logprobs):
-        fact = [r.outcome for arm, _, _, r, _, _ in plan.rollouts if arm == "fact"]
-        alt = [r.outcome for arm, _, _, r, _, _ in plan.rollouts if arm != "fact"]
-        row: dict[str, Any] = {
-            "protocol_id": protocol_id,
-            "trajectory_id": traj,
-            "turn": plan.turn,
-            "action": plan.action,
-            "mean_logprob": None if lp is None or (isinstance(lp, float) and math.isnan(lp)) else float(lp),
-            "status": plan.status,
-            "alternatives": list(plan.alternatives),
-            "alt_draws": plan.draws,
-            "n_fact": len(fact),
-            "n_alt": len(alt),
-            "fact_mean": None, "alt_mean": None, "a_replay": None, "sigma_floor": None, "pivotal": None,
-            "ci_low": None, "ci_high": None, "fact_resolution": None, "alt_resolution": None,
-            "prefix_ok": plan.prefix_ok,
-        }
-        if plan.status == "complete" and fact and alt:
-            fact_mean, alt_mean = float(np.mean(fact)), float(np.mean(alt))
-            a_replay = fact_mean - alt_mean
-            low, high = difference_interval(sum(fact), len(fact), sum(alt), len(alt))
-            row.update(
-                fact_mean=fact_mean,
-                alt_mean=alt_mean,
-                a_replay=a_replay,
-                sigma_floor=float(np.std(fact, ddof=1)) if len(fact) > 1 else 0.0,
-                pivotal=a_replay != 0,
-                ci_low=low,
-                ci_high=high,
-                fact_resolution=float(resolution_bound(len(fact), alpha=settings.resolution_alpha)) if len(set(fact)) == 1 else None,
-                alt_resolution=float(resolution_bound(len(alt), alpha=settings.resolution_alpha)) if len(set(alt)) == 1 else None,
-            )
-        for key, value in row.items():
-            turn_rows[key].append(value)
-        for arm, k, rep, rollout, stream, restore_ok in plan.rollouts:
-            values = {
+    results = []
+    for traj, plans, logprobs in units:
+        turn_rows: dict[str, list] = {f.name: [] for f in TURN_TABLE_SCHEMA}
+        roll_rows: dict[str, list] = {f.name: [] for f in ROLLOUT_TABLE_SCHEMA}
+        for plan, lp in zip(plans, logprobs):
+            fact = [r.outcome for arm, _, _, r, _, _ in plan.rollouts if arm == "fact"]
+            alt = [r.outcome for arm, _, _, r, _, _ in plan.rollouts if arm != "fact"]
+            row: dict[str, Any] = {
                 "protocol_id": protocol_id,
                 "trajectory_id": traj,
                 "turn": plan.turn,
-                "arm": "fact" if arm == "fact" else "alt",
-                "alt_index": k,
-                "repetition": rep,
-                "seed_stream": stream,
-                "actions": [rec.action for rec in rollout.turns],
-                "outcome": rollout.outcome,
-                "steps": len(rollout.turns),
-                "restore_ok": restore_ok,
+                "action": plan.action,
+                "mean_logprob": None if lp is None or (isinstance(lp, float) and math.isnan(lp)) else float(lp),
+                "status": plan.status,
+                "alternatives": list(plan.alternatives),
+                "alt_draws": plan.draws,
+                "n_fact": len(fact),
+                "n_alt": len(alt),
+                "fact_mean": None, "alt_mean": None, "a_replay": None, "sigma_floor": None, "pivotal": None,
+                "ci_low": None, "ci_high": None, "fact_resolution": None, "alt_resolution": None,
+                "prefix_ok": plan.prefix_ok,
             }
-            for key, value in values.items():
-                roll_rows[key].append(value)
-    counters["restore_failures"] = roll_rows["restore_ok"].count(False)
-    counters["divergences"] += int(getattr(env, "divergences", 0)) - restore_divergences
-    return UnitResult(
-        turns=pa.Table.from_pydict(turn_rows, schema=TURN_TABLE_SCHEMA),
-        rollouts=pa.Table.from_pydict(roll_rows, schema=ROLLOUT_TABLE_SCHEMA),
-        counters=counters,
-    )
+            if plan.status == "complete" and fact and alt:
+                fact_mean, alt_mean = float(np.mean(fact)), float(np.mean(alt))
+                a_replay = fact_mean - alt_mean
+                low, high = difference_interval(sum(fact), len(fact), sum(alt), len(alt))
+                row.update(
+                    fact_mean=fact_mean,
+                    alt_mean=alt_mean,
+                    a_replay=a_replay,
+                    sigma_floor=float(np.std(fact, ddof=1)) if len(fact) > 1 else 0.0,
+                    pivotal=a_replay != 0,
+                    ci_low=low,
+                    ci_high=high,
+                    fact_resolution=float(resolution_bound(len(fact), alpha=settings.resolution_alpha)) if len(set(fact)) == 1 else None,
+                    alt_resolution=float(resolution_bound(len(alt), alpha=settings.resolution_alpha)) if len(set(alt)) == 1 else None,
+                )
+            for key, value in row.items():
+                turn_rows[key].append(value)
+            for arm, k, rep, rollout, stream, restore_ok in plan.rollouts:
+                values = {
+                    "protocol_id": protocol_id,
+                    "trajectory_id": traj,
+                    "turn": plan.turn,
+                    "arm": "fact" if arm == "fact" else "alt",
+                    "alt_index": k,
+                    "repetition": rep,
+                    "seed_stream": stream,
+                    "actions": [rec.action for rec in rollout.turns],
+                    "outcome": rollout.outcome,
+                    "steps": len(rollout.turns),
+                    "restore_ok": restore_ok,
+                }
+                for key, value in values.items():
+                    roll_rows[key].append(value)
+        own = counters[traj]
+        own["restore_failures"] = roll_rows["restore_ok"].count(False)
+        results.append(UnitResult(
+            turns=pa.Table.from_pydict(turn_rows, schema=TURN_TABLE_SCHEMA),
+            rollouts=pa.Table.from_pydict(roll_rows, schema=ROLLOUT_TABLE_SCHEMA),
+            counters=own,
+        ))
+    results[0].counters["divergences"] += int(getattr(env, "divergences", 0)) - restore_divergences
+    return results
 
 
 def write_unit(result: UnitResult, directory: Path, name: str) -> None:

@@ -1,6 +1,6 @@
 """Where replay work units run: local worker processes, this process, or a Ray cluster.
 
-A work unit is one collected trajectory (:func:`~creditaudit.replay.engine.replay_trajectory`).
+A work unit is one task's group of collected trajectories (:func:`~creditaudit.replay.engine.replay_group`).
 Every executor runs the same unit function, so results are identical: each worker loads the
 policy and makes one environment once (:func:`worker_init`), with one torch thread so numerics do
 not depend on the executor, and writes each unit's shards atomically (:func:`worker_run`).
@@ -27,7 +27,7 @@ from creditaudit.errors import InputError
 from creditaudit.protocol.lock import FrozenProtocol, require_frozen
 from creditaudit.replay.collect import load_run_policy
 from creditaudit.replay.compute import stored_numerics
-from creditaudit.replay.engine import ReplaySettings, UnitResult, replay_trajectory, write_unit
+from creditaudit.replay.engine import ReplaySettings, UnitResult, replay_group, write_unit
 from creditaudit.replay.tasks import make_environment, read_tasks, task_for
 
 __all__ = ["EXECUTORS", "REPLAY_DIR", "unit_name", "die_with_parent", "worker_init", "local_worker_init",
@@ -105,28 +105,34 @@ def local_worker_init(protocol_path: str, parent_pid: int) -> None:
     worker_init(protocol_path)
 
 
-def replay_unit(trajectory: Any) -> UnitResult:
-    """Replay one trajectory in this worker (after :func:`worker_init`), writing nothing."""
+def replay_unit(group: list[Any]) -> list[UnitResult]:
+    """Replay one task's group of trajectories in this worker (after :func:`worker_init`), writing nothing."""
     frozen: FrozenProtocol = _WORKER["frozen"]
-    entry = _WORKER["tasks"][str(trajectory["task_id"].iloc[0])]
+    entry = _WORKER["tasks"][str(group[0]["task_id"].iloc[0])]
     with stored_numerics():
-        return replay_trajectory(
+        return replay_group(
             _WORKER["env"],
             _WORKER["policy"],
             task=task_for(entry, frozen.protocol, frozen.run_dir),
-            trajectory=trajectory,
+            trajectories=group,
             protocol_id=frozen.id,
             settings=_WORKER["settings"],
         )
 
 
-def worker_run(trajectory: Any) -> tuple[str, dict[str, int]]:
-    """Replay one trajectory in this worker and write its shards; returns (name, counters)."""
-    result = replay_unit(trajectory)
+def worker_run(group: list[Any]) -> list[str]:
+    """Replay one task's group of trajectories in this worker and write each one's shards (a
+    shard already present is left as it is: it holds the same bytes); returns their names."""
+    results = replay_unit(group)
     frozen: FrozenProtocol = _WORKER["frozen"]
-    name = unit_name(str(trajectory["trajectory_id"].iloc[0]))
-    write_unit(result, frozen.run_dir / REPLAY_DIR / "shards", name)
-    return name, result.counters
+    shard_dir = frozen.run_dir / REPLAY_DIR / "shards"
+    names = []
+    for trajectory, result in zip(group, results):
+        name = unit_name(str(trajectory["trajectory_id"].iloc[0]))
+        if not (shard_dir / f"{name}.turns.parquet").exists():
+            write_unit(result, shard_dir, name)
+        names.append(name)
+    return names
 
 
 class _RayWorker:  # pragma: no cover - runs in Ray worker processes (tests/replay/test_ray_topology.py)
@@ -146,8 +152,8 @@ class _RayWorker:  # pragma: no cover - runs in Ray worker processes (tests/repl
 
         return ray.get_runtime_context().get_node_id()
 
-    def run(self, trajectory: Any) -> tuple[str, dict[str, int]]:
-        return worker_run(trajectory)
+    def run(self, group: list[Any]) -> list[str]:
+        return worker_run(group)
 
 
 #: Seconds to wait for a TCP answer at ``RAY_ADDRESS`` before refusing it.
@@ -240,11 +246,12 @@ def _ray_execute(protocol_path: Path, pending: list[Any], *, workers: int,
         actor_cls = ray.remote(_RayWorker).options(num_cpus=compute.worker_cpus)
         actors = [actor_cls.remote(str(protocol_path), service, f"worker-{i}") for i in range(workers)]
         report["worker_nodes"] = len(set(ray.get([a.node.remote() for a in actors])))
-        refs = [actors[i % workers].run.remote(t) for i, t in enumerate(pending)]
+        refs = [actors[i % workers].run.remote(group) for i, group in enumerate(pending)]
         remaining = list(refs)
         while remaining:
             ready, remaining = ray.wait(remaining, num_returns=1)
-            done(ray.get(ready[0])[0])
+            for name in ray.get(ready[0]):
+                done(name)
         if service is not None:
             report.update(ray.get(service.service_stats.remote()))
     except RayTaskError as exc:  # a worker's or the service's refusal: the user's message, not Ray's trace
@@ -260,8 +267,9 @@ def _ray_execute(protocol_path: Path, pending: list[Any], *, workers: int,
 
 def execute(protocol_path: Path, pending: list[Any], *, executor: str, workers: int,
             done: Callable[[str], None]) -> dict[str, Any]:
-    """Run the work units ``pending`` (trajectory frames) on ``executor`` with ``workers`` workers,
-    calling ``done(name)`` as each unit's shards are written.
+    """Run the work units ``pending`` (each a task's group of trajectory frames) on ``executor``
+    with ``workers`` workers, calling ``done(name)`` for each trajectory as its unit's shards are
+    written.
 
     Returns what the executor reports of itself (Ray: the policy service's counters -- requests,
     forward passes, mean rows per forward -- and the number of nodes the workers ran on); these
@@ -271,8 +279,9 @@ def execute(protocol_path: Path, pending: list[Any], *, executor: str, workers: 
     if executor == "inline":
         worker_init(str(protocol_path))
         try:
-            for trajectory in pending:
-                done(worker_run(trajectory)[0])
+            for group in pending:
+                for name in worker_run(group):
+                    done(name)
         finally:
             _WORKER["env"].close()
             _WORKER.clear()
@@ -283,8 +292,9 @@ def execute(protocol_path: Path, pending: list[Any], *, executor: str, workers: 
 
         with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
                                  initializer=local_worker_init, initargs=(str(protocol_path), os.getpid())) as pool:
-            futures = [pool.submit(worker_run, trajectory) for trajectory in pending]
+            futures = [pool.submit(worker_run, group) for group in pending]
             for future in as_completed(futures):
-                done(future.result()[0])
+                for name in future.result():
+                    done(name)
         return {}
     return _ray_execute(protocol_path, pending, workers=workers, done=done)

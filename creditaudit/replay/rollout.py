@@ -43,6 +43,10 @@ class Rollout:
     done: bool = False
     won: bool = False
     turns: list[TurnRecord] = field(default_factory=list)
+    engine_steps: int = 0
+    """Transitions this rollout executed on the engine (with a cache: those it met first)."""
+    cache_hits: int = 0
+    """Transitions this rollout took from the transition cache."""
 
     @property
     def outcome(self) -> int:
@@ -146,7 +150,9 @@ def advance(
             entry = cache.get(rollout.signature, action) if cache is not None else None
             if entry is not None:
                 result, next_snapshot, next_signature = entry
+                rollout.cache_hits += 1
             else:
+                rollout.engine_steps += 1
                 env.restore(rollout.snapshot)
                 result = env.step(action)
                 next_snapshot = next_signature = None

@@ -126,12 +126,22 @@ def run_replay(
                 )
             finished.add(name)
     resumed = len(finished)
-    pending = [f for f, n in zip(frames, names) if n not in finished]
+    # the work units: each task's trajectories, in collection order; a group with any trajectory
+    # unfinished is replayed whole (its finished shards are kept), so its numbers are the same
+    groups: dict[str, list[tuple[Any, str]]] = {}
+    for frame, name in zip(frames, names):
+        groups.setdefault(str(frame["task_id"].iloc[0]), []).append((frame, name))
+    pending = [[f for f, _ in group] for group in groups.values() if any(n not in finished for _, n in group)]
+    # longest first, so the last groups to finish are short ones (scheduling only: no number depends on it)
+    pending.sort(key=lambda group: -sum(len(f) for f in group))
     count = {"done": resumed}
     if progress:
         progress("replay", resumed, len(frames))
 
-    def done(_name: str) -> None:
+    def done(name: str) -> None:
+        if name in finished:  # a finished trajectory of a group replayed again
+            return
+        finished.add(name)
         count["done"] += 1
         if progress:
             progress("replay", count["done"], len(frames))

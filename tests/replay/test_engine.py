@@ -192,3 +192,43 @@ def test_the_measurability_map_is_of_the_sampled_turns(planted_replay):
     assert with_rows.n_not_sampled == len(sampled) - len(kept) > 0 and without.n_not_sampled == 0
     assert with_rows.n_turns == len(kept)
     assert replace(with_rows, n_not_sampled=0) == without
+
+
+def test_a_tasks_trajectories_replayed_together_give_each_ones_own_tables():
+    """A group (the replay's work unit: a task's G trajectories in one instance, one transition
+    cache) gives every trajectory the turn and rollout tables it gets replayed alone, and executes
+    fewer engine steps than the trajectories alone: they start in the same state and meet the same
+    transitions."""
+    from creditaudit.replay.engine import replay_group
+
+    env, policy = PlantedEnv(n_steps=6, horizon=20), UniformPolicy()
+    settings = ReplaySettings()
+    fewer = 0
+    for index, task in enumerate(env.make_tasks(3, rng=np.random.default_rng(7))):
+        group = []
+        for g in range(4):
+            obs = env.reset(task)
+            rollout = start_rollout(env, 0, goal=obs.goal, observation=obs.text, admissible=obs.admissible)
+            advance(env, policy, policy.prompt_builder, [rollout], temperature=1.0,
+                    seed_for=lambda r, i=index, g=g: 100_000 * i + 1_000 * g + r.steps)
+            group.append(pd.DataFrame({
+                "trajectory_id": f"t{index}-{g}", "action": [t.action for t in rollout.turns],
+                "state_signature": [t.state_signature for t in rollout.turns],
+                "observation": [t.observation for t in rollout.turns], "mean_logprob": 0.0,
+            }))
+        alone = [replay_trajectory(env, policy, task=task, trajectory=f, protocol_id="c" * 64, settings=settings)
+                 for f in group]
+        together = replay_group(env, policy, task=task, trajectories=group, protocol_id="c" * 64, settings=settings)
+        assert len(together) == len(group)
+        for a, b in zip(alone, together):
+            assert a.turns.equals(b.turns) and a.rollouts.equals(b.rollouts)
+            assert a.counters["rollouts"] == b.counters["rollouts"] == b.rollouts.num_rows
+            assert a.counters["restore_checks"] == b.counters["restore_checks"]
+        # every transition is either executed or taken from the cache, alone or together
+        steps = [sum(u.counters[k] for u in units) for units in (alone, together) for k in ("engine_steps", "cache_hits")]
+        assert steps[0] + steps[1] == steps[2] + steps[3]
+        assert steps[2] <= steps[0]
+        fewer += steps[2] < steps[0]
+    assert fewer >= 2
+    with pytest.raises(ValueError, match="appears twice"):
+        replay_group(env, policy, task=task, trajectories=[group[0], group[0]], protocol_id="c" * 64, settings=settings)
