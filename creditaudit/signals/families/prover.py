@@ -254,9 +254,15 @@ class BoundaryMeter:
 
     def measure(self, states: Sequence[int], k: int, stream: str) -> dict[int, list[int] | None]:
         """``k`` continuation outcomes from each state ``s_t`` (``None`` where the state cannot be
-        restored to its recorded signature); seeds ``<stream>/state<t>/<k>/<step>``."""
+        restored to its recorded signature); seeds ``<stream>/state<t>/<k>/<step>``.
+
+        The continuations of one call advance in lockstep through one transition cache and one
+        scoring memory (as the replay's arms do): continuations that meet a state another has
+        stepped from reuse that transition, and a decision point's scores are computed once."""
+        from contextlib import nullcontext
+
         from creditaudit.protocol.seeds import SeedStreams
-        from creditaudit.replay.rollout import Rollout, advance
+        from creditaudit.replay.rollout import Rollout, TransitionCache, advance
 
         streams = SeedStreams(self.protocol_id)
         out: dict[int, list[int] | None] = {}
@@ -282,8 +288,11 @@ class BoundaryMeter:
             return streams.seed_int(f"{stream}/state{t}/{j}/{r.steps - start[r.key]}")
 
         if rollouts:
-            advance(self.env, self.policy, self.policy.prompt_builder, rollouts, seed_for=seed_for,
-                    temperature=self.temperature, max_action_tokens=self.max_action_tokens, record=False)
+            memo = self.policy.scoring_memo() if hasattr(self.policy, "scoring_memo") else nullcontext()
+            with memo:
+                advance(self.env, self.policy, self.policy.prompt_builder, rollouts, seed_for=seed_for,
+                        temperature=self.temperature, max_action_tokens=self.max_action_tokens, record=False,
+                        cache=TransitionCache())
         self.rollouts += len(rollouts)
         for r in rollouts:
             out.setdefault(r.key[0], []).append(r.outcome)

@@ -202,7 +202,8 @@ class AlfworldEnv:
         if facts is None:
             atoms = (Atom * lib.get_state_size())()
             lib.get_state(atoms)
-            facts = sorted(a.name for a in atoms if not a.name.startswith("NegatedAtom"))
+            names = [a.name for a in atoms]  # (a ctypes decode per read: read each once)
+            facts = sorted(n for n in names if not n.startswith("NegatedAtom"))
             self._facts_by_state[state_id] = facts
         return list(facts)
 
