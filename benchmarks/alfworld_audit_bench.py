@@ -1,24 +1,27 @@
 """The audit on real ALFWorld: the embedded default policy's rollouts replayed, every credit family
 (ProVer and VICT included) computed, audited, and the figures set beside the papers'.
 
-Workload: the default template (G = 8, every family and control, the full default policy; its
-horizon is 50 now, and the committed runs below were frozen when it was 30) on ``--tasks`` tasks
-of the generated task list instead of 24, so that it finishes on a 2-core machine. Stages:
-protocol, policy, freeze, games, collect, replay, signals, audit (the training arms are
-``arms_bench.py``). Then the ProVer judge-ablation table (judge, random and
-oracle proposers on the same groups, same verification seeds).
+Workload: the default template (G = 8, every family and control, the shipped default policy,
+horizon 50, every turn replayed) on ``--tasks`` tasks of the generated task list (24, the default
+size, or fewer for a quick look). Stages: protocol, policy, freeze, games, collect, replay,
+signals, audit, calibration, the ledger (regenerated twice in fresh processes) and the report (the
+training arms are ``arms_bench.py``). Then the ProVer proposer table (judge, random and oracle
+proposers on the same groups, same verification seeds).
 
-Writes ``benchmarks/results/alfworld_audit_bench.json`` (no wall-clock time in it besides the
-``seconds`` of each stage) and prints the figures. The committed default-size run
-(``results/alfworld_audit_bench_24.json``, with the audit's summary and figures copied to
-``results/alfworld_audit_24_figures/``) is ``--tasks 24 --run benchmarks/.alfworld-audit-run-24
---out benchmarks/results/alfworld_audit_bench_24.json``; its ``seconds.pipeline`` covers only the
-stages run by the last, resumed invocation.
+Writes ``--out`` (default ``benchmarks/results/alfworld_audit_bench.json``; no wall-clock time in
+it besides the ``seconds`` of each stage this invocation ran) and prints the figures; with
+``--keep DIR`` also copies the run's audit summary, statistics, figures, ledger and report there
+(what ``docs/results.md`` is generated from). The committed default-size run::
 
-    python benchmarks/alfworld_audit_bench.py [--run DIR] [--tasks N] [--policy DIR]
+    python benchmarks/alfworld_audit_bench.py --tasks 24 --run benchmarks/.alfworld-audit-run-24 \
+        --out benchmarks/results/alfworld_audit_bench_24.json --keep benchmarks/results/alfworld_audit_24
+
+The run directory resumes (``seconds`` then covers only the stages the last invocation ran).
+
+    python benchmarks/alfworld_audit_bench.py [--run DIR] [--tasks N] [--policy DIR] [--out F] [--keep DIR]
 
 ``--policy`` copies an already built default policy (``creditaudit policy build`` output with
-the default recipe) instead of building it again (~6 minutes). The run directory resumes.
+the default recipe) instead of installing the shipped one.
 """
 
 from __future__ import annotations
@@ -44,13 +47,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policy", type=Path, default=None, help="an already built default policy to copy")
     parser.add_argument("--proposers", default="judge,random,oracle")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "alfworld_audit_bench.json")
+    parser.add_argument("--keep", type=Path, default=None,
+                        help="copy the run's audit summary, statistics, figures, ledger and report here")
     args = parser.parse_args(argv)
 
     from creditaudit.demo import run_demo
 
     overrides = {"collection": {"n_tasks": args.tasks}}
     t0 = time.perf_counter()
-    report = run_demo(args.run, overrides=overrides, through="audit", policy_source=args.policy,
+    report = run_demo(args.run, overrides=overrides, through="report", policy_source=args.policy,
                       held_out_games=24)
     pipeline_s = time.perf_counter() - t0
 
@@ -68,8 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     t1 = time.perf_counter()
     with stored_numerics():
         table = proposer_table(context, [p.strip() for p in args.proposers.split(",") if p.strip()],
-                               group_size=spec.group_size, continuations=spec.continuations,
-                               max_segment=spec.max_segment)
+                               group_size=spec.args["group_size"], continuations=spec.args["continuations"],
+                               max_segment=spec.args["max_segment"])
     proposers_s = time.perf_counter() - t1
 
     run = args.run
@@ -92,11 +97,17 @@ def main(argv: list[str] | None = None) -> int:
         "prover_proposers": table.to_dict(orient="records"),
         "verdicts": report["verdicts"],
         "audit": {k: audit[k] for k in ("subjects", "decisions", "holm", "fluency", "exclusions") if k in audit},
+        "calibration": {k: report["calibration"].get(k) for k in ("recovered", "of", "ok")},
+        "ledger": {"entries": report["ledger"]["entries"], "sha256": report["ledger"]["sha256"],
+                   "identical_runs": report["ledger"].get("identical_runs")},
         "paper": PAPER,
-        "seconds": {"pipeline": round(pipeline_s, 1), "proposer_table": round(proposers_s, 1)},
+        "seconds": {"pipeline": round(pipeline_s, 1), "proposer_table": round(proposers_s, 1),
+                    "stages": report["seconds"]},
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(figures, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
+    if args.keep is not None:
+        keep(run, args.keep)
 
     m = report["measurability"]
     fmt = (lambda v: "undefined" if v is None else f"{v:.3f}")
@@ -111,6 +122,26 @@ def main(argv: list[str] | None = None) -> int:
         print(sentence)
     print(f"wrote {args.out}")
     return 0
+
+
+#: What ``--keep`` copies from the run directory (the ledger holds every reported number).
+KEPT = ("audit/summary.md", "audit/statistics.parquet", "audit/figures", "ledger/ledger.json", "report/report.md",
+        "report/figures")
+
+
+def keep(run: Path, out: Path) -> None:
+    """Copy :data:`KEPT` from ``run`` into ``out`` (replacing what an earlier run left there)."""
+    import shutil
+
+    for rel in KEPT:
+        source, target = run / rel, out / rel
+        if target.is_dir():
+            shutil.rmtree(target)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_dir():
+            shutil.copytree(source, target)
+        else:
+            shutil.copy2(source, target)
 
 
 if __name__ == "__main__":

@@ -12,8 +12,10 @@ arms``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -122,7 +124,16 @@ def run_demo(run: Path, *, quiet: bool = False, overrides: dict[str, Any] | None
 
     run.mkdir(parents=True, exist_ok=True)
     protocol_path = run / "protocol.yaml"
-    report: dict[str, Any] = {"run": str(run)}
+    # wall seconds of each stage this call ran (for benchmarks; never written into the run)
+    report: dict[str, Any] = {"run": str(run), "seconds": {}}
+
+    @contextlib.contextmanager
+    def seconds(stage: str):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            report["seconds"][stage] = round(time.perf_counter() - start, 1)
 
     # 1. the protocol text (not yet pinned or frozen)
     if not protocol_path.exists():
@@ -181,15 +192,18 @@ def run_demo(run: Path, *, quiet: bool = False, overrides: dict[str, Any] | None
     with progress_bars(enabled=not quiet) as update:
         # 4. games (data: generated after the freeze from the protocol's stream)
         _say("[4/11] task list (games generated offline and checked solvable on the real engine)")
-        entries = prepare_tasks(frozen, signer, progress=lambda d, t: update("games", d, t))
+        with seconds("games"):
+            entries = prepare_tasks(frozen, signer, progress=lambda d, t: update("games", d, t))
         report["tasks"] = len(entries)
         # 5. collect
         _say("[5/11] collecting trajectories")
-        summary = collect(protocol_path, signer, progress=update)
+        with seconds("collect"):
+            summary = collect(protocol_path, signer, progress=update)
         report["collect"] = summary.to_dict()
         # 6. replay
         _say("[6/11] executed counterfactual replay")
-        run_replay(protocol_path, signer, progress=update)
+        with seconds("replay"):
+            run_replay(protocol_path, signer, progress=update)
     document = json.loads((run / SUMMARY).read_text())
     report["replay"] = {k: v for k, v in document.items() if k != "measurability"}
     report["measurability"] = document["measurability"]
@@ -200,7 +214,8 @@ def run_demo(run: Path, *, quiet: bool = False, overrides: dict[str, Any] | None
         _say("[7/11] credit signals already computed")
     else:
         _say("[7/11] credit signals and controls")
-        run_signals(protocol_path, signer)
+        with seconds("signals"):
+            run_signals(protocol_path, signer)
     report["signals"] = json.loads((run / SIGNALS_SUMMARY).read_text())
     # 8. audit
     if stage_is_current(run, "audit", frozen.id, signer.key_id):
@@ -208,7 +223,8 @@ def run_demo(run: Path, *, quiet: bool = False, overrides: dict[str, Any] | None
         sentences = json.loads((run / "audit" / "audit.json").read_text("utf-8"))["sentences"]
     else:
         _say("[8/11] fidelity audit through the frozen decision order")
-        sentences = run_audit(protocol_path, signer).sentences
+        with seconds("audit"):
+            sentences = run_audit(protocol_path, signer).sentences
     report["verdicts"] = dict(sentences)
     report["audit_summary"] = str(run / "audit" / "summary.md")
     report["audit"] = json.loads((run / "audit" / "audit.json").read_text("utf-8"))
@@ -221,7 +237,8 @@ def run_demo(run: Path, *, quiet: bool = False, overrides: dict[str, Any] | None
         _say("[9/11] calibration already done")
     else:
         _say("[9/11] calibration: the decision order on planted credits of known fidelity")
-        calibrate_run(protocol_path, signer)
+        with seconds("calibrate"):
+            calibrate_run(protocol_path, signer)
     report["calibration"] = json.loads((run / CALIBRATION_JSON).read_text("utf-8"))
     # 10. the ledger, regenerated twice in fresh processes and compared byte for byte
     from creditaudit.ledger import regenerate, write_report
@@ -237,7 +254,7 @@ def run_demo(run: Path, *, quiet: bool = False, overrides: dict[str, Any] | None
                             "identical_runs": 2}
     else:
         _say("[10/11] ledger: every number regenerated twice from the raw artifacts")
-        with progress_bars(enabled=not quiet) as update:
+        with progress_bars(enabled=not quiet) as update, seconds("ledger"):
             ledger = regenerate(run, signer=signer, progress=update)
         report["ledger"] = {"path": str(ledger.path), "entries": ledger.n_entries, "sha256": ledger.sha256,
                             "identical_runs": ledger.identical_runs}
@@ -247,7 +264,8 @@ def run_demo(run: Path, *, quiet: bool = False, overrides: dict[str, Any] | None
         report["report"] = {"markdown": str(run / REPORT_DIR / "report.md"), "html": str(run / REPORT_DIR / "report.html")}
     else:
         _say("[11/11] report")
-        written = write_report(run, signer=signer)
+        with seconds("report"):
+            written = write_report(run, signer=signer)
         report["report"] = {"markdown": str(written.markdown), "html": str(written.html)}
     return report
 
