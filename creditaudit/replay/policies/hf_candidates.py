@@ -145,16 +145,7 @@ class CandidateDecoding:
         """
         if len(prompts) != len(candidates):
             raise ValueError(f"`candidates` must have one list per prompt; got {len(candidates)} for {len(prompts)}")
-        action_ids: list[list[list[int]]] = []
-        for i, cands in enumerate(candidates):
-            row = []
-            for j, a in enumerate(cands):
-                ids = self._encode_candidate(a)
-                if not ids:
-                    raise InputError(f"`candidates[{i}][{j}]` ({a!r}) tokenizes to no tokens; an action must be a "
-                                     "non-empty string")
-                row.append(ids)
-            action_ids.append(row)
+        action_ids = self._candidate_ids(candidates)
         memo = self._memo
         # The pairs still to score, by prompt: (prompt index, [candidate indices]).
         todo: list[tuple[int, list[int]]] = []
@@ -229,17 +220,9 @@ class CandidateDecoding:
             return self.score_candidates(prompts, candidates, include_stop=include_stop)
         prefix = prompt_ids[0][:shared]
         stop = [self.eos_token_id] if include_stop else []
-        branches: list[list[tuple[list[int], list[int]]]] = []  # per prompt: (candidate ids, branch tokens)
-        for i, (ids, cands) in enumerate(zip(prompt_ids, candidates)):
-            rest = ids[shared:]
-            row = []
-            for j, a in enumerate(cands):
-                a_ids = self._encode_candidate(a)
-                if not a_ids:
-                    raise InputError(f"`candidates[{i}][{j}]` ({a!r}) tokenizes to no tokens; an action must be a "
-                                     "non-empty string")
-                row.append((a_ids, rest + a_ids + stop))
-            branches.append(row)
+        # per prompt: (candidate ids, branch tokens)
+        branches = [[(a_ids, ids[shared:] + a_ids + stop) for a_ids in row]
+                    for ids, row in zip(prompt_ids, self._candidate_ids(candidates))]
         # rows of whole prompts, each holding at most max_tree_tokens branch tokens (or one prompt)
         rows: list[list[int]] = [[]]
         size = 0
@@ -281,6 +264,20 @@ class CandidateDecoding:
             yield
         finally:
             self._memo = previous
+
+    def _candidate_ids(self, candidates: Sequence[Sequence[str]]) -> list[list[list[int]]]:
+        """Token ids of every candidate (``InputError`` naming one that tokenizes to nothing)."""
+        out = []
+        for i, cands in enumerate(candidates):
+            row = []
+            for j, a in enumerate(cands):
+                ids = self._encode_candidate(a)
+                if not ids:
+                    raise InputError(f"`candidates[{i}][{j}]` ({a!r}) tokenizes to no tokens; an action must be a "
+                                     "non-empty string")
+                row.append(ids)
+            out.append(row)
+        return out
 
     def _encode_candidate(self, action: str) -> list[int]:
         ids = self._action_ids.get(action)
