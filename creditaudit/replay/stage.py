@@ -1,9 +1,10 @@
 """``creditaudit replay``: run the replay work units, resume, concatenate, summarise, attest.
 
-Work units (one per collected trajectory) run on local worker processes (``executor="local"``,
-the default), in this process (``"inline"``), or on a Ray cluster (``"ray"``); every executor runs
-the same unit function, so results are identical (:mod:`creditaudit.replay.executors`). Units
-write their shards atomically (``replay/shards/``); a rerun skips finished units, so an
+Work units (one per task: its collected trajectories, replayed together) run on local worker
+processes (``executor="local"``, the default), in this process (``"inline"``), or on a Ray cluster
+(``"ray"``); every executor runs the same unit function, so results are identical
+(:mod:`creditaudit.replay.executors`). Units write each trajectory's shards atomically
+(``replay/shards/``); a rerun skips units whose trajectories are all finished, so an
 interrupted replay (even ``kill -9``) resumes without losing or duplicating a rollout and ends with
 the same bytes as an uninterrupted run. Once the concatenated tables are attested by the stage's
 link record the shards are removed: a finished run holds no file that no link record vouches for.

@@ -187,11 +187,16 @@ def two_node_cluster(tmp_path_factory):
         subprocess.run([exe, "stop", "--force"], env=env, capture_output=True, timeout=120)
 
 
+#: Tasks of the cluster test's runs: a work unit is a task's group of trajectories, so every one of
+#: its 3 workers gets one only when there are at least 3 tasks.
+RAY_TASKS = 4
+
+
 @pytest.fixture(scope="module")
 def inline_reference(tmp_path_factory, planted_policy_dir):
     from helpers import make_run
 
-    run, signer = make_run(tmp_path_factory.mktemp("inline"), planted_policy_dir)
+    run, signer = make_run(tmp_path_factory.mktemp("inline"), planted_policy_dir, n_tasks=RAY_TASKS)
     run_replay(run / "protocol.yaml", signer, executor="inline")
     return run
 
@@ -219,7 +224,7 @@ def test_workers_on_two_nodes_and_one_policy_service_give_the_inline_bytes(two_n
     import pyarrow.parquet as pq
     from helpers import make_run
 
-    run, _ = make_run(tmp_path, planted_policy_dir)
+    run, _ = make_run(tmp_path, planted_policy_dir, n_tasks=RAY_TASKS)
     # 3 workers of 1 CPU and the service's 1 CPU need both nodes' 2 CPUs each
     done = _replay_cli(run, two_node_cluster, workers=3)
     assert done.returncode == 0, done.stderr
@@ -232,7 +237,8 @@ def test_workers_on_two_nodes_and_one_policy_service_give_the_inline_bytes(two_n
 
     # merged requests (how many meet depends on timing: the merging itself is tested without Ray
     # above): the same actions and outcomes
-    merged, _ = make_run(tmp_path / "merged", planted_policy_dir, sections={"compute": {"merge_requests": True}})
+    merged, _ = make_run(tmp_path / "merged", planted_policy_dir, n_tasks=RAY_TASKS,
+                         sections={"compute": {"merge_requests": True}})
     done = _replay_cli(merged, two_node_cluster, workers=3)
     assert done.returncode == 0, done.stderr
     report = _service_line(done.stdout)
