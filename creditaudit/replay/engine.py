@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from contextlib import nullcontext
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -47,7 +46,7 @@ import pyarrow.parquet as pq
 from creditaudit.protocol.sections import ReplaySection
 from creditaudit.protocol.seeds import SeedStreams
 from creditaudit.replay.envs.base import Environment, Task
-from creditaudit.replay.policies.base import Turn, candidate_kwargs
+from creditaudit.replay.policies.base import Turn, candidate_kwargs, scoring_memo
 from creditaudit.replay.policies.prompts import PromptBuilder
 from creditaudit.replay.rollout import Rollout, TransitionCache, advance
 
@@ -427,8 +426,7 @@ def replay_group(
 
     # 2. alternatives. From here on the group's rollouts revisit its turns' decision points, so the
     # policy remembers every (prompt, candidate) score it computes for the rest of the group.
-    memo = policy.scoring_memo() if hasattr(policy, "scoring_memo") else nullcontext()
-    with memo:
+    with scoring_memo(policy):
         _draw_alternatives(all_plans, policy=policy, builder=builder, goal=goal, streams=streams, settings=settings)
         _run_arms(env, policy, builder, all_plans, goal=goal, streams=streams, settings=settings,
                   counters=counters, on_step=on_step)

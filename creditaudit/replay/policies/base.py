@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from creditaudit.replay.policies.prompts import PromptBuilder
 
-__all__ = ["DECODINGS", "Turn", "SampledAction", "ActionScore", "ActionPolicy", "candidate_kwargs"]
+__all__ = ["DECODINGS", "Turn", "SampledAction", "ActionScore", "ActionPolicy", "candidate_kwargs", "scoring_memo"]
 
 DECODINGS = ("free", "admissible", "constrained")
 """How a policy turns its distribution into an action (the protocol's ``policy.decoding``)."""
@@ -116,6 +116,14 @@ class ActionPolicy(Protocol):
     ) -> list[SampledAction]: ...
 
     def score(self, prompts: Sequence[str], actions: Sequence[str], *, include_stop: bool = False) -> list[ActionScore]: ...
+
+
+def scoring_memo(policy: Any) -> Any:
+    """``policy.scoring_memo()`` (remember every scored (prompt, candidate) pair inside the block)
+    for a policy that has one, else a block that does nothing."""
+    from contextlib import nullcontext
+
+    return policy.scoring_memo() if hasattr(policy, "scoring_memo") else nullcontext()
 
 
 def candidate_kwargs(policy: Any, admissible: list[tuple[str, ...]]) -> dict[str, Any]:

@@ -209,21 +209,20 @@ class CandidateDecoding:
         if not self._tree_attention or len(prompts) < 2:
             return self.score_candidates(prompts, candidates, include_stop=include_stop)
         prompt_ids = [self.encode_prompt(p) for p in prompts]
-        shared = 0
+        shared = 0  # the common token prefix (never longer than the shortest prompt: zip stops there)
         for column in zip(*prompt_ids):
             if any(t != column[0] for t in column):
                 break
             shared += 1
-        # the first branch token is predicted after the prefix's last token, so keep one in it
-        shared = min(shared, min(len(ids) for ids in prompt_ids))
-        if shared == 0:
+        if shared == 0:  # the first branch token is predicted after the prefix's last token
             return self.score_candidates(prompts, candidates, include_stop=include_stop)
         prefix = prompt_ids[0][:shared]
         stop = [self.eos_token_id] if include_stop else []
         # per prompt: (candidate ids, branch tokens)
         branches = [[(a_ids, ids[shared:] + a_ids + stop) for a_ids in row]
                     for ids, row in zip(prompt_ids, self._candidate_ids(candidates))]
-        # rows of whole prompts, each holding at most max_tree_tokens branch tokens (or one prompt)
+        # rows of whole prompts, each holding at most max_tree_tokens branch tokens (or one prompt;
+        # counted before the tree merges shared branch beginnings, so a bound on the row's width)
         rows: list[list[int]] = [[]]
         size = 0
         for i, row in enumerate(branches):

@@ -259,9 +259,8 @@ class BoundaryMeter:
         The continuations of one call advance in lockstep through one transition cache and one
         scoring memory (as the replay's arms do): continuations that meet a state another has
         stepped from reuse that transition, and a decision point's scores are computed once."""
-        from contextlib import nullcontext
-
         from creditaudit.protocol.seeds import SeedStreams
+        from creditaudit.replay.policies.base import scoring_memo
         from creditaudit.replay.rollout import Rollout, TransitionCache, advance
 
         streams = SeedStreams(self.protocol_id)
@@ -288,8 +287,7 @@ class BoundaryMeter:
             return streams.seed_int(f"{stream}/state{t}/{j}/{r.steps - start[r.key]}")
 
         if rollouts:
-            memo = self.policy.scoring_memo() if hasattr(self.policy, "scoring_memo") else nullcontext()
-            with memo:
+            with scoring_memo(self.policy):
                 advance(self.env, self.policy, self.policy.prompt_builder, rollouts, seed_for=seed_for,
                         temperature=self.temperature, max_action_tokens=self.max_action_tokens, record=False,
                         cache=TransitionCache())
