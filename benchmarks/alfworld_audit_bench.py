@@ -5,8 +5,10 @@ Workload: the default template (G = 8, every family and control, the shipped def
 horizon 50, every turn replayed) on ``--tasks`` tasks of the generated task list (24, the default
 size, or fewer for a quick look). Stages: protocol, policy, freeze, games, collect, replay,
 signals, audit, calibration, the ledger (regenerated twice in fresh processes) and the report (the
-training arms are ``arms_bench.py``). Then the ProVer proposer table (judge, random and oracle
-proposers on the same groups, same verification seeds).
+training arms are ``arms_bench.py``). ProVer's proposer table (judge, random and oracle proposers
+on the same groups, same verification seeds) is computed in the signals stage: the template's
+``prover`` signal gets ``compare: [random, oracle]``, so its rows are in the run's diagnostics and
+its figures are ledger entries (``prover.prover.<proposer>.*``).
 
 Writes ``--out`` (default ``benchmarks/results/alfworld_audit_bench.json``; no wall-clock time in
 it besides the ``seconds`` of each stage this invocation ran) and prints the figures; with
@@ -53,32 +55,26 @@ def main(argv: list[str] | None = None) -> int:
 
     from creditaudit.demo import run_demo
 
-    overrides = {"collection": {"n_tasks": args.tasks}}
+    import yaml
+
+    from creditaudit.protocol.io import default_template_text
+
+    proposers = [p.strip() for p in args.proposers.split(",") if p.strip()]
+    signals = yaml.safe_load(default_template_text())["signals"]
+    for signal in signals:
+        if signal["family"] == "prover":
+            signal["args"]["compare"] = [p for p in proposers if p != signal["args"].get("proposer", "judge")]
+    overrides = {"collection": {"n_tasks": args.tasks}, "signals": signals}
     t0 = time.perf_counter()
     report = run_demo(args.run, overrides=overrides, through="report", policy_source=args.policy,
                       held_out_games=24)
     pipeline_s = time.perf_counter() - t0
 
-    from creditaudit.protocol.lock import require_frozen
-    from creditaudit.replay.collect import load_run_policy, read_trajectories
-    from creditaudit.replay.compute import stored_numerics
-    from creditaudit.signals.base import SignalContext, trajectories_from_table
-    from creditaudit.signals.families.prover import proposer_table
-
-    frozen = require_frozen(args.run / "protocol.yaml")
-    spec = next(s for s in frozen.protocol.signals if s.family == "prover")
-    context = SignalContext(protocol_id=frozen.id, protocol=frozen.protocol, run_dir=frozen.run_dir,
-                            trajectories=trajectories_from_table(read_trajectories(frozen)),
-                            load_policy=lambda: load_run_policy(frozen))
-    t1 = time.perf_counter()
-    with stored_numerics():
-        table = proposer_table(context, [p.strip() for p in args.proposers.split(",") if p.strip()],
-                               group_size=spec.args["group_size"], continuations=spec.args["continuations"],
-                               max_segment=spec.args["max_segment"])
-    proposers_s = time.perf_counter() - t1
+    import pandas as pd
 
     run = args.run
     signals = json.loads((run / "signals" / "summary.json").read_text())
+    table = pd.DataFrame(signals["families"]["prover"].get("proposer_table") or [])
     audit = json.loads((run / "audit" / "audit.json").read_text())
     families = {}
     for name, entry in signals["families"].items():
@@ -101,8 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         "ledger": {"entries": report["ledger"]["entries"], "sha256": report["ledger"]["sha256"],
                    "identical_runs": report["ledger"].get("identical_runs")},
         "paper": PAPER,
-        "seconds": {"pipeline": round(pipeline_s, 1), "proposer_table": round(proposers_s, 1),
-                    "stages": report["seconds"]},
+        "seconds": {"pipeline": round(pipeline_s, 1), "stages": report["seconds"]},
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(figures, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")

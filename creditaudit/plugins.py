@@ -191,7 +191,9 @@ class Plugin:
 
     def bind(self, args: dict[str, Any] | None, *, where: str = "args") -> dict[str, Any]:
         """Validate ``args`` against the factory's signature; the full, normalised arguments (JSON
-        values, defaults applied) -- what the protocol freezes.
+        values, defaults applied) -- what the protocol freezes. A parameter annotated with
+        :data:`~creditaudit.protocol.fields.ADDED_LATER` is left out while it has its default, so a
+        protocol frozen before the factory gained it keeps its id.
 
         Raises
         ------
@@ -209,7 +211,14 @@ class Plugin:
                 f"{where} of {self.kind} {self.name!r} ({self.distribution} {self.version}): {problems}; "
                 f"it takes {', '.join(self.parameters()) or 'no arguments'}"
             ) from None
-        return model.model_dump(mode="json")
+        from creditaudit.protocol.fields import ADDED_LATER
+
+        bound = model.model_dump(mode="json")
+        for pname, info in type(model).model_fields.items():
+            if any(m is ADDED_LATER for m in info.metadata) and getattr(model, pname) == info.get_default(
+                    call_default_factory=True):
+                del bound[pname]
+        return bound
 
     def create(self, args: dict[str, Any] | None = None, **reserved: Any) -> Any:
         """Build the plugin's object from (already bound or raw) ``args`` and the reserved arguments."""

@@ -97,6 +97,18 @@ def test_a_factory_signature_is_the_statement_of_its_arguments():
         plugins.get("family", "hcapo")
 
 
+def test_an_argument_added_later_enters_the_frozen_args_only_when_set():
+    """ProVer's ``compare`` came after protocols were frozen with ProVer: at its default it is left out
+    of the bound args (so of the protocol id), set it is kept; the object gets it either way."""
+    prover = plugins.get("family", "prover")
+    assert "compare" in prover.parameters() and "compare" not in prover.bind({})
+    assert prover.bind({"compare": ["oracle"]})["compare"] == ["oracle"]
+    assert prover.create(prover.bind({}), name="p").compare == ()
+    assert prover.create(prover.bind({"compare": ["oracle", "judge"]}), name="p").compare == ("oracle",)
+    with pytest.raises(InputError, match=r"`compare`: unknown proposer 'best'"):
+        prover.create({"compare": ["best"]}, name="p")
+
+
 def test_a_third_party_family_is_found_and_audited_from_a_protocol(tmp_path, third_party, planted_policy_dir):
     from helpers import SIGNALS, make_run
 

@@ -33,7 +33,7 @@ def _controls(signals):
 PROVER_SIGNALS = [
     {"name": "confidence", "family": "confidence"},
     {"name": "judge", "family": "judge", "args": {"backend": "local", "model": "policy"}},
-    {"name": "prover-random", "family": "prover", "args": {"proposer": "random"}},
+    {"name": "prover-random", "family": "prover", "args": {"proposer": "random", "compare": ["oracle"]}},
 ]
 
 
@@ -270,11 +270,44 @@ def test_stage_writes_prover_credit_and_diagnostics(prover_run):
     assert set(entry["abstention_reasons"]) <= {"ineligible_group", "not_verified_trajectory", "no_segment_candidates",
                                                 "restore_mismatch", "invalid_proposal"}
     diag = pq.read_table(run / DIAGNOSTICS_DIR / "prover-random.parquet").to_pandas()
-    assert set(diag.protocol_id) == {frozen.id} and len(diag) == N_TASKS
-    assert math.isclose(entry["acceptance_rate"], float(diag[diag.status == "measured"].accepted.mean()))
+    # one row per group for the signal's proposer, then one per group for each compared proposer
+    assert set(diag.protocol_id) == {frozen.id} and list(diag.proposer) == ["random"] * N_TASKS + ["oracle"] * N_TASKS
+    own = diag[diag.proposer == "random"]
+    assert math.isclose(entry["acceptance_rate"], float(own[own.status == "measured"].accepted.mean()))
     shuffle = summary.document["controls"]["shuffle-prover-random"]
     assert shuffle["of"] == "prover-random"
-    # same seeds, same credit: the stage's numbers equal a direct computation's
+    # same seeds, same credit: the stage's numbers equal a direct computation's, and the compared
+    # proposer changes neither the credit nor the proposer's own rows
     direct = ProverFamily(name="prover-random", proposer="random").compute(context)
     np.testing.assert_array_equal(prover.credit.to_numpy(dtype=float), direct.credit.credit.to_numpy())
-    assert diag.drop(columns="protocol_id").equals(direct.diagnostics.to_pandas())
+    assert own.drop(columns="protocol_id").reset_index(drop=True).equals(direct.diagnostics.to_pandas())
+    table = proposer_table(context, ("random", "oracle"))
+    assert entry["proposer_table"] == table.to_dict(orient="records")
+
+
+def test_ledger_recomputes_the_proposer_table_from_the_diagnostics(prover_run):
+    """The ledger's ``prover`` entries: the stored rows give the table the stage reported, and the
+    acceptance interval is the Wilson interval (scipy's, an independent implementation)."""
+    import json
+
+    from scipy.stats import binomtest
+
+    from creditaudit.ledger.producer import PRODUCERS, ProducerContext
+    from creditaudit.ledger.producers.diagnostics import prover_entries
+    from creditaudit.signals.stage import run_signals
+
+    run, signer, frozen, _ = prover_run
+    run_signals(run / "protocol.yaml", signer)  # resumes when the stage test ran first
+    entries = {v.name: v.value for v in prover_entries(ProducerContext(frozen, PRODUCERS["prover"]))}
+    assert entries["prover.signals"] == ["prover-random"]
+    assert entries["prover.prover-random.proposers"] == ["random", "oracle"]
+    stage = json.loads((run / "signals" / "summary.json").read_text())["families"]["prover-random"]["proposer_table"]
+    for row in stage:
+        key = f"prover.prover-random.{row['proposer']}"
+        for stat in ("n_groups", "n_eligible", "n_measured", "n_accepted", "acceptance_rate", "mean_segment_length"):
+            assert entries[f"{key}.{stat}"] == row[stat], (key, stat)
+        assert row["n_measured"] > 0
+        ci = binomtest(row["n_accepted"], row["n_measured"]).proportion_ci(0.95, method="wilson")
+        assert math.isclose(entries[f"{key}.acceptance_ci_low"], ci.low, abs_tol=1e-12)
+        assert math.isclose(entries[f"{key}.acceptance_ci_high"], ci.high, abs_tol=1e-12)
+    assert entries["prover.prover-random.oracle.acceptance_rate"] > entries["prover.prover-random.random.acceptance_rate"]

@@ -192,6 +192,12 @@ def test_vict_on_the_real_engine(games, engine):
     nonzero = diag[diag.correction != 0]
     assert len(nonzero) > 0 and nonzero.eligible.all()  # eligibility invariant, 100%
     assert report["greedy_exhaustive_compared"] > 0
+    # the ledger's figures, recomputed from the stored table alone, are the family's own
+    from creditaudit.signals.families.vict import diagnostics_report
+
+    recomputed = diagnostics_report(out.diagnostics)
+    assert recomputed == {k: report[k] for k in recomputed}
+    assert 0 < recomputed["proof_coverage"] < 1 and recomputed["nonzero_action_share"] > 0
     # corrections sit on commit / transform / take actions, never on a bare "look"
     assert not any(a == "look" for a in [dict(((t.trajectory_id, r.turn), r.action) for t in trajectories
                                               for r in t.turns)[(row.trajectory_id, row.turn)]
@@ -235,6 +241,10 @@ def test_family_compute_replays_a_run_directory_and_checks_signatures(games, eng
     assert reasons[(trajs[-1].trajectory_id, 0)] == "replay_mismatch"
     assert out.report["trajectory_abstention_reasons"]["replay_mismatch"] == 1
     assert out.report["conformance_rate"] == 1.0
+    from creditaudit.signals.families.vict import diagnostics_report
+
+    recomputed = diagnostics_report(out.diagnostics)
+    assert recomputed == {k: out.report[k] for k in recomputed}  # the abstaining trajectory included
     diag = out.diagnostics.to_pandas()
     assert (diag[diag.correction != 0].eligible).all()
     assert (out.credit.credit.isna() == [r is not None for r in reasons_of(out.credit)]).all()

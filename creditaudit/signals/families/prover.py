@@ -50,10 +50,12 @@ Credit
     GRPO base advantage is the ``grpo`` family); a rejected proposal (``Delta <= 0``) is a valid
     measurement and credits 0.
 
-Diagnostics: one row per group (the proposal, its boundaries, ``p_pre``, ``p_post``,
-``Delta``, ``Var``, accepted), and the report's acceptance rate and mean segment length;
-:func:`proposer_table` computes the paper's judge-ablation table for several proposers on the
-same groups.
+Diagnostics: one row per group and proposer (the proposal, its boundaries, ``p_pre``, ``p_post``,
+``Delta``, ``Var``, accepted), and the report's acceptance rate and mean segment length. The
+credit is ``proposer``'s; the proposers named in ``compare`` run on the same groups with the same
+verification seeds and only add their rows: the paper's judge-ablation table, kept in the run so
+that the ledger recomputes it (entries ``prover.<signal>.<proposer>.*``). :func:`proposer_table`
+computes the same table outside a run.
 """
 
 from __future__ import annotations
@@ -65,11 +67,12 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import numpy as np
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 import pandas as pd
 import pyarrow as pa
 
 from creditaudit.errors import InputError
+from creditaudit.protocol.fields import ADDED_LATER
 from creditaudit.signals.base import FamilyBase, FamilyOutput, SignalContext, Trajectory, credit_frame
 
 __all__ = [
@@ -84,6 +87,7 @@ __all__ = [
     "ProverFamily",
     "run_prover",
     "proposer_table",
+    "table_row",
     "replay_inputs",
 ]
 
@@ -491,8 +495,9 @@ class ProverFamily(FamilyBase):
     needs = frozenset({"policy", "environment"})
 
     def __init__(self, *, name: str, group_size: int = 8, continuations: int = 8, max_segment: int = 4,
-                 credit_scale: float = 1.0, proposer: str = "judge"):
-        self.uses = (("proposer", proposer),)
+                 credit_scale: float = 1.0, proposer: str = "judge", compare: Sequence[str] = ()):
+        self.compare = tuple(p for p in dict.fromkeys(compare) if p != proposer)
+        self.uses = tuple(("proposer", p) for p in (proposer, *self.compare))
         self.name = name
         self.group_size = group_size
         self.continuations = continuations
@@ -515,6 +520,12 @@ class ProverFamily(FamilyBase):
                                             credit_scale=self.credit_scale)
         report = {"proposer": self.proposer, "group_size": self.group_size, "continuations": self.continuations,
                   "max_segment": self.max_segment, "credit_scale": self.credit_scale, **_summary(frame)}
+        if self.compare:  # the same groups and verification seeds; the credit stays the proposer's
+            frames = [frame] + [run_prover(context, proposer=p, group_size=self.group_size,
+                                           continuations=self.continuations, max_segment=self.max_segment,
+                                           credit_scale=self.credit_scale)[2] for p in self.compare]
+            report["proposer_table"] = [table_row(p, f) for p, f in zip((self.proposer, *self.compare), frames)]
+            frame = pd.concat(frames, ignore_index=True)
         from creditaudit.signals.families.prover_proposers import make_proposer
 
         template = getattr(make_proposer(self.proposer), "template_sha256", None)
@@ -537,14 +548,17 @@ def proposer_table(context: SignalContext, proposers: Sequence[str] = PROPOSERS,
         acceptance_rate, mean_segment_length, mean_delta``. (The paper, Qwen3.5-4B: judges
         58.5-72.4% acceptance and 1.03-1.45 turns; random 19.5% and 2.38 turns.)
     """
-    rows = []
-    for p in proposers:
-        _, _, frame = run_prover(context, proposer=p, group_size=group_size, continuations=continuations,
-                                 max_segment=max_segment, env=env)
-        s = _summary(frame)
-        rows.append({"proposer": p, **{k: s[k] for k in ("n_groups", "n_eligible", "n_measured", "n_accepted",
-                                                         "acceptance_rate", "mean_segment_length", "mean_delta")}})
-    return pd.DataFrame(rows)
+    return pd.DataFrame([table_row(p, run_prover(context, proposer=p, group_size=group_size,
+                                                 continuations=continuations, max_segment=max_segment, env=env)[2])
+                         for p in proposers])
+
+
+def table_row(proposer: str, frame: pd.DataFrame) -> dict[str, Any]:
+    """One proposer's row of the judge-ablation table from its diagnostics rows (:func:`proposer_table`;
+    the ledger's ``prover`` producer reads the stored rows with it)."""
+    s = _summary(frame)
+    return {"proposer": proposer, **{k: s[k] for k in ("n_groups", "n_eligible", "n_measured", "n_accepted",
+                                                       "acceptance_rate", "mean_segment_length", "mean_delta")}}
 
 
 def prover_family(
@@ -555,6 +569,7 @@ def prover_family(
     max_segment: Annotated[int, Field(ge=1)] = 4,
     credit_scale: Annotated[float, Field(gt=0.0)] = 1.0,
     proposer: str = "judge",
+    compare: Annotated[tuple[str, ...], ADDED_LATER, BeforeValidator(tuple)] = (),
 ) -> ProverFamily:
     """The ProVer family (entry point ``prover`` of group ``creditaudit.families``).
 
@@ -573,9 +588,14 @@ def prover_family(
     proposer : str, default "judge"
         Segment proposer (entry-point group ``creditaudit.proposers``: ``judge``, ``random``,
         ``oracle`` or a third party's).
+    compare : tuple of str, default ()
+        Further proposers run on the same groups with the same verification seeds. Their rows join
+        the diagnostics (the judge-ablation table); the credit stays ``proposer``'s. Left out of the
+        protocol id while empty.
     """
     from creditaudit import plugins
 
-    plugins.get("proposer", proposer, where="`proposer`")
+    for p in (proposer, *compare):
+        plugins.get("proposer", p, where="`proposer`" if p == proposer else "`compare`")
     return ProverFamily(name=name, group_size=group_size, continuations=continuations, max_segment=max_segment,
-                        credit_scale=credit_scale, proposer=proposer)
+                        credit_scale=credit_scale, proposer=proposer, compare=compare)

@@ -8,6 +8,7 @@ from creditaudit.signals.families.vict.family import (
     VictRollout,
     calibrate,
     closure,
+    diagnostics_report,
     direction,
     displacement,
     exhaustive_core,
@@ -20,7 +21,7 @@ from creditaudit.signals.families.vict.family import (
 )
 
 __all__ = [
-    "REPAIR_EDGES", "SUCCESS_EDGES", "CoreResult", "VictFamily", "VictRollout", "calibrate", "closure",
+    "REPAIR_EDGES", "SUCCESS_EDGES", "CoreResult", "VictFamily", "VictRollout", "calibrate", "closure", "diagnostics_report",
     "direction", "displacement", "exhaustive_core", "greedy_core", "loo_margins", "robust_normalise",
     "vict_family", "vict_group", "vict_report",
 ]

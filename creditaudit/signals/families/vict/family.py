@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 import numpy as np
+import pandas as pd
 from pydantic import Field
 import pyarrow as pa
 
@@ -60,6 +61,7 @@ from creditaudit.signals.base import FamilyBase, FamilyOutput, SignalContext, Tr
 from creditaudit.signals.families.vict.atoms import Edge, Instrumentation, Trace, annotate, conformance, run_trace, witness_edges
 
 __all__ = [
+    "diagnostics_report",
     "direction",
     "closure",
     "displacement",
@@ -509,6 +511,40 @@ def vict_report(rolls: Sequence[VictRollout], corrections: Sequence[float], n_tu
         if compared else None,
         "greedy_exhaustive_identical": (sum(1 for r in compared if r.core == r.exhaustive) / len(compared))
         if compared else None,
+    }
+
+
+def diagnostics_report(table: pa.Table) -> dict:
+    """The figures of :func:`vict_report` that the diagnostics table determines, recomputed from its
+    rows (what the ledger's ``vict`` producer reports): trajectories, conformance, proof coverage,
+    trajectory abstention by reason and the nonzero shares.
+
+    One row per turn carries its trajectory's ``reason``, ``core`` and conformance ``eps``, the
+    turn's raw ``a_vict``, its ``correction`` and its gated proof edges (``atom:kind``); a core atom
+    is covered when one of its trajectory's turns has a gated edge of it.
+    """
+    frame = table.select(["trajectory_id", "reason", "a_vict", "correction", "gated_edges", "core",
+                          "conformance_eps"]).to_pandas()
+    rolls = []
+    for _, rows in frame.groupby("trajectory_id", sort=False):
+        first = rows.iloc[0]
+        reason = None if pd.isna(first.reason) else str(first.reason)
+        gated = {edge.rsplit(":", 1)[0] for edges in rows.gated_edges for edge in (edges if edges is not None else ())}
+        core = list(first.core) if first.core is not None else None
+        rolls.append((reason, core, first.conformance_eps, gated, bool((rows.a_vict != 0).any())))
+    checked = [eps for _, _, eps, _, _ in rolls if eps is not None and not pd.isna(eps)]
+    reasons = dict(sorted(_count(r for r, *_ in rolls if r is not None).items()))
+    pairs = [(gated, j) for _, core, _, gated, _ in rolls if core is not None for j in core]
+    n = len(rolls)
+    return {
+        "n_trajectories": n,
+        "conformance_checked": len(checked),
+        "conformance_rate": sum(1 for eps in checked if eps == 0) / len(checked) if checked else None,
+        "proof_coverage": sum(1 for gated, j in pairs if j in gated) / len(pairs) if pairs else None,
+        "trajectory_abstention_share": sum(reasons.values()) / n if n else None,
+        "trajectory_abstention_reasons": reasons,
+        "nonzero_trajectory_share": sum(1 for r, *_, nz in rolls if r is None and nz) / n if n else None,
+        "nonzero_action_share": float((frame.correction != 0).mean()) if len(frame) else None,
     }
 
 
