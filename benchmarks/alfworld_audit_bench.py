@@ -12,8 +12,9 @@ its figures are ledger entries (``prover.prover.<proposer>.*``).
 
 Writes ``--out`` (default ``benchmarks/results/alfworld_audit_bench.json``; no wall-clock time in
 it besides the ``seconds`` of each stage this invocation ran) and prints the figures; with
-``--keep DIR`` also copies the run's audit summary, statistics, figures, ledger and report there
-(what ``docs/results.md`` is generated from). The committed default-size run::
+``--keep DIR`` also copies the run's audit summary, statistics, figures, ledger and report there,
+and every raw artifact the ledger was computed from (``docs/results.md`` is generated from that
+ledger, and CI recomputes the ledger from those artifacts). The committed default-size run::
 
     python benchmarks/alfworld_audit_bench.py --tasks 24 --run benchmarks/.alfworld-audit-run-24 \
         --out benchmarks/results/alfworld_audit_bench_24.json --keep benchmarks/results/alfworld_audit_24
@@ -120,14 +121,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 #: What ``--keep`` copies from the run directory (the ledger holds every reported number).
-KEPT = ("audit/summary.md", "audit/statistics.parquet", "audit/figures", "ledger/ledger.json", "report/report.md",
-        "report/figures")
+KEPT = ("audit/summary.md", "audit/statistics.parquet", "audit/figures", "report/report.md", "report/figures")
 
 
 def keep(run: Path, out: Path) -> None:
-    """Copy :data:`KEPT` from ``run`` into ``out`` (replacing what an earlier run left there)."""
+    """Copy the ledger with every raw artifact it was computed from
+    (:func:`~creditaudit.ledger.build.keep_ledger_inputs`) and :data:`KEPT` from ``run`` into
+    ``out``, replacing what an earlier run left there."""
     import shutil
 
+    from creditaudit.ledger.build import keep_ledger_inputs
+
+    keep_ledger_inputs(run, out)
     for rel in KEPT:
         source, target = run / rel, out / rel
         if target.is_dir():

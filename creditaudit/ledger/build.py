@@ -50,6 +50,7 @@ __all__ = [
     "VerifyResult",
     "protocol_path",
     "compute_ledger",
+    "keep_ledger_inputs",
     "compute_in_fresh_processes",
     "regenerate",
     "verify_ledger",
@@ -487,3 +488,30 @@ def verify_ledger(run_dir: str | Path, *, ledger_path: str | Path | None = None,
 
 if __name__ == "__main__":  # pragma: no cover - exercised through compute_in_fresh_processes
     sys.exit(_worker_main(sys.argv[1:]))
+
+
+def keep_ledger_inputs(run_dir: str | Path, out_dir: str | Path) -> list[str]:
+    """Copy a run's ledger and every raw artifact of its manifest into ``out_dir`` (same relative
+    paths; a stage directory there is replaced whole, so nothing of an earlier copy lingers).
+
+    ``out_dir`` is then a run directory without keys, links or policy from which
+    :func:`compute_ledger` recomputes the ledger: what to archive or commit beside a published
+    result. Returns the copied paths. ``CheckFailed`` when an artifact no longer has the bytes the
+    ledger recorded (regenerate the ledger first).
+    """
+    import shutil
+
+    run_dir, out_dir = Path(run_dir), Path(out_dir)
+    ledger = read_ledger(run_dir / LEDGER_JSON)
+    for record in ledger.artifacts:
+        if sha256_file(run_dir / record.path) != record.sha256:
+            raise CheckFailed(f"{run_dir / record.path}: not the bytes the ledger recorded; run `creditaudit ledger "
+                              "regenerate` first")
+    paths = [LEDGER_JSON, *(a.path for a in ledger.artifacts)]
+    for top in sorted({Path(p).parts[0] for p in paths}):
+        if (out_dir / top).is_dir():
+            shutil.rmtree(out_dir / top)
+    for rel in paths:
+        (out_dir / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(run_dir / rel, out_dir / rel)
+    return paths

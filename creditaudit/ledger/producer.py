@@ -27,7 +27,8 @@ from creditaudit.ledger.catalogue import artifact, artifact_files
 from creditaudit.ledger.model import ENTRY_NAME
 from creditaudit.protocol.lock import FrozenProtocol
 
-__all__ = ["Value", "Producer", "ProducerContext", "PRODUCERS", "producer", "active_producers", "format_value"]
+__all__ = ["Value", "Producer", "ProducerContext", "PRODUCERS", "producer", "active_producers", "format_value",
+           "stage_ran"]
 
 _NAME = re.compile(ENTRY_NAME)
 
@@ -114,6 +115,16 @@ def producer(name: str, *, inputs: Iterable[str] = (), version: int = 1, descrip
         return function
 
     return decorate
+
+
+def stage_ran(stage: str, artifact_name: str) -> Callable[[Path], bool]:
+    """A producer's ``when``: the run holds ``stage``'s link record, or the file of ``artifact_name``
+    (a kept copy of a run's ledger inputs has no link records). A run where the stage ran and its
+    file is gone keeps the producer, which then names the missing file."""
+    def when(run_dir: Path) -> bool:
+        return any((Path(run_dir) / "links").glob(f"*-{stage}.link.json")) or bool(artifact_files(Path(run_dir), artifact_name))
+    when.__name__ = f"stage_ran_{stage}"
+    return when
 
 
 def active_producers(run_dir: Path) -> list[Producer]:

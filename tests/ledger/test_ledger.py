@@ -322,3 +322,48 @@ def test_a_run_without_a_router_goes_through_signals_audit_ledger_and_report(tmp
     write_report(run)
     assert "The protocol names no router (no router: the protocol names none)." in \
         (run / "report" / "report.md").read_text()
+
+
+def test_a_kept_copy_of_the_ledger_inputs_recomputes_the_ledger(ledgered_run, copy_run, tmp_path):
+    """keep_ledger_inputs copies the ledger and its manifest (no keys, links, policy or derived
+    file): the producers recompute every entry there; a changed artifact is refused, the copy kept."""
+    from creditaudit.ledger.build import compare_ledgers, compute_ledger, keep_ledger_inputs
+
+    run = ledgered_run[0]
+    out = tmp_path / "kept"
+    (out / "signals").mkdir(parents=True)
+    (out / "signals" / "stale.parquet").write_bytes(b"left by an earlier copy")
+    copied = keep_ledger_inputs(run, out)
+    stored = parse_ledger((run / LEDGER_JSON).read_bytes(), source="stored")
+    assert sorted(copied) == sorted([LEDGER_JSON, *(a.path for a in stored.artifacts)])
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()) == sorted(copied)
+    assert not (out / "keys").exists() and not (out / "policy").exists()
+    recomputed = parse_ledger(compute_ledger(out), source="recomputed")
+    assert compare_ledgers(stored, recomputed) == []
+
+    changed = copy_run(run)
+    path = changed / "replay" / "turns.parquet"
+    table = pq.read_table(path)
+    pq.write_table(table.slice(1), path)
+    before = (out / LEDGER_JSON).read_bytes()
+    with pytest.raises(CheckFailed, match=r"turns\.parquet: not the bytes the ledger recorded"):
+        keep_ledger_inputs(changed, out)
+    assert (out / LEDGER_JSON).read_bytes() == before
+
+
+def test_the_replay_producers_apply_to_a_run_that_was_replayed_only(audited_run, copy_run):
+    """A run that never replayed (the training arms do not read replay) has no audit, replay,
+    measurability or router entries; a replayed run whose turns table is gone is refused, naming it."""
+    from creditaudit.ledger.producer import active_producers
+
+    replay_producers = {"audit", "replay", "measurability", "router"}
+    run = copy_run(audited_run[0])
+    assert replay_producers <= {p.name for p in active_producers(run)}
+    (run / "replay" / "turns.parquet").unlink()
+    assert replay_producers <= {p.name for p in active_producers(run)}  # its link record says it ran
+    with pytest.raises(InputError, match=r"turns\.parquet: missing.*creditaudit replay"):
+        compute_ledger(run)
+    for link in (run / "links").glob("*-replay.link.json"):
+        link.unlink()
+    shutil.rmtree(run / "replay")
+    assert not replay_producers & {p.name for p in active_producers(run)}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from creditaudit.ledger.producer import ProducerContext, Value, producer
+from creditaudit.ledger.producer import ProducerContext, Value, producer, stage_ran
 
 __all__ = ["audit_entries", "gate_inputs_text"]
 
@@ -48,6 +48,7 @@ def gate_inputs_text(inputs: dict[str, Any]) -> str:
 
 
 @producer("audit", inputs=("signals.credit", "replay.turns", "collect.trajectories"), version=2,
+          when=stage_ran("replay", "replay.turns"),
           description="Fidelity statistics of every family and control, Holm, verdicts with gate traces, fluency echo.")
 def audit_entries(ctx: ProducerContext) -> list[Value]:
     from creditaudit.audit.core import audit_tables, verdict_sentence

@@ -70,7 +70,7 @@ def _rho_min(protocol: Any) -> float | None:
     return None
 
 
-@producer("protocol", inputs=("registry",), optional=("registry",), version=1,
+@producer("protocol", inputs=("registry",), optional=("registry",), version=2,
           description="The frozen protocol's settings, gate rules, decision order and deviations (from the lock).")
 def protocol_entries(ctx: ProducerContext) -> list[Value]:
     protocol, lock = ctx.protocol, ctx.frozen.lock
@@ -113,6 +113,8 @@ def protocol_entries(ctx: ProducerContext) -> list[Value]:
         Value("protocol.collection.n_tasks", protocol.collection.n_tasks, "d"),
         Value("protocol.collection.group_size", protocol.collection.group_size, "d"),
         Value("protocol.policy.temperature", protocol.policy.temperature, "g"),
+        Value("protocol.policy.source", protocol.policy.source),
+        Value("protocol.environment.horizon", protocol.environment.horizon, "d"),
         Value("protocol.router.present", protocol.router is not None),
     ]
     if protocol.router is not None:  # the router is optional: a protocol without one names no families for it
@@ -121,6 +123,18 @@ def protocol_entries(ctx: ProducerContext) -> list[Value]:
             Value("protocol.router.judge_family", protocol.router.judge_family),
             Value("protocol.router.routed_share", protocol.router.routed_share, ".3f"),
         ]
+    if protocol.policy.source == "builtin":  # the embedded default's size, for comparisons with the papers' models
+        build = protocol.policy.build
+        out += [
+            Value("protocol.policy.build.num_layers", build.num_layers, "d"),
+            Value("protocol.policy.build.hidden_size", build.hidden_size, "d"),
+            Value("protocol.policy.build.num_heads", build.num_heads, "d"),
+            Value("protocol.policy.build.train_games", build.train_games, "d"),
+        ]
+    for signal in protocol.signals:
+        out.append(Value(f"protocol.signal.{signal.name}.args", dict(signal.args),
+                         text=", ".join(f"{k}: {json.dumps(v, sort_keys=True)}" for k, v in sorted(signal.args.items()))
+                         or "defaults"))
     rho_min = _rho_min(protocol)
     out.append(Value("protocol.rho_min", rho_min, "g"))
     for gate in protocol.hypotheses.gates:

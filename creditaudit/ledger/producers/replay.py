@@ -7,12 +7,13 @@ from the replay summary.
 
 from __future__ import annotations
 
-from creditaudit.ledger.producer import ProducerContext, Value, producer
+from creditaudit.ledger.producer import ProducerContext, Value, producer, stage_ran
 
 __all__ = ["replay_entries", "measurability_entries"]
 
 
 @producer("replay", inputs=("replay.turns", "replay.rollouts"), version=1,
+          when=stage_ran("replay", "replay.turns"),
           description="Replay counters: turns, rollouts, prefix divergences, restore failures.")
 def replay_entries(ctx: ProducerContext) -> list[Value]:
     turns = ctx.table("replay.turns").select(["trajectory_id", "prefix_ok", "status"]).to_pandas()
@@ -30,6 +31,7 @@ def replay_entries(ctx: ProducerContext) -> list[Value]:
 
 
 @producer("measurability", inputs=("replay.turns",), version=3,
+          when=stage_ran("replay", "replay.turns"),
           description="The measurability map: pivotal share, zero noise floor, no counterfactual, log-prob gap.")
 def measurability_entries(ctx: ProducerContext) -> list[Value]:
     from creditaudit.audit.measurability import measurability_map

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from creditaudit.ledger.producer import ProducerContext, Value, producer
+from creditaudit.ledger.producer import ProducerContext, Value, producer, stage_ran
 
 __all__ = ["signals_entries", "router_entries", "credit_frames"]
 
@@ -99,6 +99,7 @@ def _reading(recall: dict[str, Any] | None) -> tuple[str, str]:
 
 
 @producer("router", inputs=("signals.credit", "replay.turns"), version=1,
+          when=stage_ran("replay", "replay.turns"),
           description="The confidence router: routed share, judge calls saved, pivotal recall beside chance.")
 def router_entries(ctx: ProducerContext) -> list[Value]:
     from creditaudit.signals.router import router_report
