@@ -47,7 +47,7 @@ from creditaudit.training_arms.analysis import (
     js_matrix,
     learning_check,
 )
-from creditaudit.training_arms.loop import ArmsArgs, ArmsTrainer, ProbeState, Sample, sequence_logprobs
+from creditaudit.training_arms.loop import ArmsArgs, ArmsTrainer, ProbeState, Sample, action_logprobs, sequence_logprobs
 from creditaudit.training_arms.rules import ARM_NAMES, ArmRule, GroupCredit, arm_rule, effective_advantages
 from creditaudit.training_arms.stage import ArmsDocument, run_arms
 
@@ -61,6 +61,7 @@ __all__ = [
     "ArmsTrainer",
     "ProbeState",
     "Sample",
+    "action_logprobs",
     "sequence_logprobs",
     "COMPARISONS",
     "analyse",

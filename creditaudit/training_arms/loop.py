@@ -21,8 +21,11 @@ For each seed index ``s`` and round ``r`` (common random numbers across arms):
    no kept sample cannot be matched: it takes 0 steps and the plan lists it as unmatched. The plan is written
    (``plan.json``) before any update, so a resumed round uses the same targets.
 5. **Update.** Minibatches in the order of ``arms/minibatch/<arm>/seed-<s>/round-<r>``; loss
-   ``-mean(a_{i,t} * log pi(action_t | prompt_t))`` (the action's tokens as re-encoded from its
-   text, then the end-of-sequence token), gradient norm clipped, one AdamW step per minibatch.
+   ``-mean(a_{i,t} * log pi(action_t | prompt_t))`` with ``pi`` the distribution the policy acts
+   from (:func:`action_logprobs`): for admissible decoding the softmax over the turn's admissible
+   commands of their sequence log-probabilities at the rollout temperature, otherwise the action's
+   token log-probability (its tokens as re-encoded from its text, then the end-of-sequence token);
+   gradient norm clipped, one AdamW step per minibatch.
    Optimizer steps are counted by a hook on the optimizer itself.
 6. **Checkpoint.** Adapter, optimizer state and the round's record per arm
    (``arms/checkpoints/seed-<s>/round-<r>/<arm>/``), and the arm's action distributions on the
@@ -49,7 +52,8 @@ from creditaudit.replay.rollout import Rollout, TransitionCache, advance
 from creditaudit.training_arms.lora import AdapterBank, adapter_name, load_checkpoint, save_checkpoint
 from creditaudit.training_arms.rules import ArmRule, GroupCredit, arm_rule, effective_advantages
 
-__all__ = ["ArmsArgs", "Sample", "ArmsTrainer", "sequence_logprobs", "probe_distribution", "ProbeState"]
+__all__ = ["ArmsArgs", "Sample", "ArmsTrainer", "action_logprobs", "sequence_logprobs", "probe_distribution",
+           "ProbeState"]
 
 GRAD_CLIP = 1.0
 """Maximum gradient norm of an update."""
@@ -115,6 +119,8 @@ class Sample:
     prompt: str
     action: str
     advantage: float
+    candidates: tuple[str, ...] = ()
+    """The turn's admissible commands when the policy draws among them (admissible decoding), else empty."""
 
 
 @dataclass(frozen=True)
@@ -160,6 +166,48 @@ def sequence_logprobs(policy: Any, prompts: Sequence[str], actions: Sequence[str
         pred = logp[b, keep - 1 - n: keep - 1]
         values.append(pred.gather(-1, torch.tensor(target, device=pred.device)[:, None]).sum())
     return torch.stack(values)
+
+
+def action_logprobs(policy: Any, samples: Sequence[Sample], temperature: float):
+    """``log pi(action | prompt)`` per sample under the distribution the policy acts from, differentiable.
+
+    A sample with candidates (admissible decoding draws ``argmax_c (s_c / T + g_c)``, Gumbel-max,
+    so ``pi(c) = softmax(s / T)_c`` with ``s_c`` the command's sequence log-probability and end
+    token): ``s_a / T - logsumexp_c(s_c / T)``, at ``T = 1`` when the temperature is 0. Pushing an
+    action down then moves its probability to the other commands of the turn, as the policy's own
+    distribution does; the token log-probability alone is unbounded below and, under negative
+    advantages, drives the model away from every command. A sample without candidates (free
+    decoding): the action's token log-probability, :func:`sequence_logprobs`. A policy with
+    ``tree_scoring`` scores a prompt's candidates in one pass (the prompt, then the candidates'
+    prefix tree); others one row per candidate.
+    """
+    import torch
+
+    scale = temperature if temperature > 0 else 1.0
+    prompts, actions, spans, free = [], [], [], []
+    for i, sample in enumerate(samples):
+        if sample.candidates and sample.action in sample.candidates:
+            spans.append((i, len(actions), len(sample.candidates), sample.candidates.index(sample.action)))
+            prompts += [sample.prompt] * len(sample.candidates)
+            actions += list(sample.candidates)
+        else:
+            free.append(i)
+    out: list[Any] = [None] * len(samples)
+    if spans:
+        if getattr(policy, "tree_scoring", False):  # each prompt once, its candidates as a prefix tree
+            rows = policy.candidate_sequence_logprobs([samples[i].prompt for i, *_ in spans],
+                                                      [samples[i].candidates for i, *_ in spans])
+        else:
+            scores = sequence_logprobs(policy, prompts, actions)
+            rows = [scores[start:start + n] for _, start, n, _ in spans]
+        for (i, _, _, chosen), row in zip(spans, rows):
+            row = row / scale
+            out[i] = row[chosen] - torch.logsumexp(row, dim=0)
+    if free:
+        for i, value in zip(free, sequence_logprobs(policy, [samples[i].prompt for i in free],
+                                                     [samples[i].action for i in free])):
+            out[i] = value
+    return torch.stack(out)
 
 
 def probe_distribution(policy: Any, probes: Sequence[ProbeState]) -> list[np.ndarray]:
@@ -417,6 +465,7 @@ class ArmsTrainer:
 
     def _samples(self, state: _ArmState, round_: int, tasks, rollouts, credit) -> tuple[list[Sample], dict[str, Any]]:
         counts = {"turns": 0, "zero_advantage": 0, "zero_weight": 0, "abstained": 0, "kept": 0}
+        admissible = getattr(self.policy, "decoding", "free") == "admissible"
         samples: list[Sample] = []
         outcomes_all = []
         for k, group in enumerate(rollouts):
@@ -440,7 +489,7 @@ class ArmsTrainer:
                         counts["zero_weight"] += 1
                     if a != 0.0:
                         prompt = self.builder.build(ro.goal, rec.observation, rec.admissible, history)
-                        samples.append(Sample(prompt, rec.action, a))
+                        samples.append(Sample(prompt, rec.action, a, tuple(rec.admissible) if admissible else ()))
                     history.append((rec.observation, rec.action))
         counts["kept"] = len(samples)
         counts["train_success"] = float(np.mean(outcomes_all)) if outcomes_all else None
@@ -462,7 +511,7 @@ class ArmsTrainer:
         losses = []
         for start in range(0, len(samples), mb):
             batch = [samples[int(i)] for i in order[start:start + mb]]
-            logp = sequence_logprobs(self.policy, [b.prompt for b in batch], [b.action for b in batch])
+            logp = action_logprobs(self.policy, batch, self.args.temperature)
             adv = torch.tensor([b.advantage for b in batch], dtype=logp.dtype, device=logp.device)
             loss = -(adv * logp).mean()
             state.optimizer.zero_grad(set_to_none=True)

@@ -222,3 +222,36 @@ def test_rerunning_finished_arms_writes_nothing(trained_run, tmp_path, run_copie
     out = capsys.readouterr().out
     assert "arms already trained and analysed" in out and "held-out success" in out
     assert {p.relative_to(run).as_posix(): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()} == before
+
+
+def test_the_update_uses_the_distribution_the_policy_acts_from(trained_run):
+    """Under admissible decoding the trained log-probability is the softmax over the turn's commands
+    of their sequence log-probabilities at the rollout temperature, checked against the policy's own
+    scorer; without candidates it is the action's token log-probability."""
+    import math
+
+    import torch
+
+    from creditaudit.replay.policies import load_policy
+    from creditaudit.training_arms.loop import Sample, action_logprobs, sequence_logprobs
+
+    run, _, _ = trained_run
+    policy = load_policy(run / "policy", history_length=0)
+    commands = ("open the red door", "open the blue door", "go north")
+    samples = [Sample("action:", c, 1.0, commands) for c in commands] + [Sample("action:", "go north", 1.0)]
+    t = 0.7
+    got = action_logprobs(policy, samples, t)
+    assert got.requires_grad
+    scores = policy.score(["action:"] * len(commands), list(commands), include_stop=True)
+    s = [(x.sum_logprob + (x.stop_logprob or 0.0)) / t for x in scores]
+    reference = [v - math.log(sum(math.exp(u) for u in s)) for v in s]
+    assert torch.allclose(got[:3].detach().double(), torch.tensor(reference, dtype=torch.float64), atol=1e-4)
+    assert math.isclose(sum(math.exp(float(v)) for v in got[:3]), 1.0, rel_tol=1e-5)  # a distribution over commands
+    free = float(sequence_logprobs(policy, ["action:"], ["go north"])[0])
+    assert math.isclose(float(got[3]), free, abs_tol=1e-5)  # no candidates: the token log-probability
+    assert policy.tree_scoring  # the prompt once, the candidates as a prefix tree; row by row agrees
+    policy._tree_attention = False
+    rows = action_logprobs(policy, samples, t)
+    assert torch.allclose(rows.detach(), got.detach(), atol=1e-5)
+    got.sum().backward()  # differentiable through the tree pass
+    assert any(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in policy.model.parameters())

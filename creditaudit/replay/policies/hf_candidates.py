@@ -290,77 +290,127 @@ class CandidateDecoding:
         """Log-probabilities of ``targets[r][c]`` after ``prompt_ids[r]``: one pass per chunk of
         prompts, each row the prompt followed by its candidates' prefix tree (see
         :meth:`score_candidates`)."""
-        import numpy as np
-
         torch = self._torch
-        trees = []  # per prompt: (node tokens, node parents, node depths, per-target node rows)
-        for tgts in targets:
-            tokens: list[int] = []
-            parents: list[int] = []
-            depths: list[int] = []
-            index: dict[tuple[int, int], int] = {}
-            reads = []
-            for t in tgts:
-                # t[d] is predicted after the prompt (-1) or after the tree node holding t[d - 1].
-                where, parent = [-1], -1
-                for d in range(len(t) - 1):
-                    k = index.get((parent, t[d]))
-                    if k is None:
-                        k = index[parent, t[d]] = len(tokens)
-                        tokens.append(t[d])
-                        parents.append(parent)
-                        depths.append(d)
-                    where.append(k)
-                    parent = k
-                reads.append(where)
-            trees.append((tokens, parents, depths, reads))
+        trees = [self._prefix_tree(tgts) for tgts in targets]
         order = sorted(range(len(prompt_ids)), key=lambda r: len(prompt_ids[r]) + len(trees[r][0]))
         out: list[list[list[float]]] = [[] for _ in prompt_ids]
-        dtype = next(self.model.parameters()).dtype
         with torch.inference_mode():
             for s in range(0, len(order), size):
                 chunk = order[s : s + size]
-                width = max(len(prompt_ids[r]) + len(trees[r][0]) for r in chunk)
-                keep = max(len(trees[r][0]) for r in chunk) + 1
-                ids = np.full((len(chunk), width), self.pad_token_id, dtype=np.int64)
-                pos = np.zeros((len(chunk), width), dtype=np.int64)
-                allow = np.zeros((len(chunk), width, width), dtype=bool)
-                for b, r in enumerate(chunk):
-                    tokens, parents, depths, _ = trees[r]
-                    n_prompt, n_tree = len(prompt_ids[r]), len(tokens)
-                    off = width - n_prompt - n_tree
-                    base = off + n_prompt
-                    ids[b, off:base] = prompt_ids[r]
-                    ids[b, base:] = tokens
-                    pos[b, off:base] = np.arange(n_prompt)
-                    pos[b, base:] = n_prompt + np.asarray(depths, dtype=np.int64)
-                    allow[b, off:base, off:base] = np.tri(n_prompt, dtype=bool)
-                    allow[b, base:, off:base] = True
-                    tree = allow[b, base:, base:]
-                    for k, parent in enumerate(parents):
-                        if parent >= 0:
-                            tree[k] = tree[parent]
-                        tree[k, k] = True
-                    allow[b, np.arange(off), np.arange(off)] = True  # padding sees itself (no empty row)
-                mask = torch.zeros(allow.shape, dtype=dtype)
-                mask.masked_fill_(torch.from_numpy(~allow), torch.finfo(dtype).min)
-                logits, _ = self._forward(torch.from_numpy(ids).to(self.device), mask[:, None].to(self.device),
-                                          torch.from_numpy(pos).to(self.device), keep=keep)
-                logp = torch.log_softmax(logits.float(), dim=-1)
-                rows, cols, toks, spans = [], [], [], []
-                for b, r in enumerate(chunk):
-                    n_tree = len(trees[r][0])
-                    for t, where in zip(targets[r], trees[r][3]):
-                        spans.append((r, len(t)))
-                        rows += [b] * len(t)
-                        cols += [keep - 1 - n_tree if k < 0 else keep - n_tree + k for k in where]
-                        toks += t
-                flat = logp[torch.tensor(rows), torch.tensor(cols), torch.tensor(toks)].double().cpu().tolist()
+                flat, spans = self._tree_pass(chunk, prompt_ids, targets, trees)
+                flat = flat.double().cpu().tolist()
                 at = 0
                 for r, n in spans:
                     out[r].append(flat[at : at + n])
                     at += n
         return out
+
+    @staticmethod
+    def _prefix_tree(tgts: list[list[int]]) -> tuple[list[int], list[int], list[int], list[list[int]]]:
+        """The prefix tree of one prompt's targets: (node tokens, node parents, node depths, and per
+        target the node after which each of its tokens is predicted, -1 for the prompt's end)."""
+        tokens: list[int] = []
+        parents: list[int] = []
+        depths: list[int] = []
+        index: dict[tuple[int, int], int] = {}
+        reads = []
+        for t in tgts:
+            # t[d] is predicted after the prompt (-1) or after the tree node holding t[d - 1].
+            where, parent = [-1], -1
+            for d in range(len(t) - 1):
+                k = index.get((parent, t[d]))
+                if k is None:
+                    k = index[parent, t[d]] = len(tokens)
+                    tokens.append(t[d])
+                    parents.append(parent)
+                    depths.append(d)
+                where.append(k)
+                parent = k
+            reads.append(where)
+        return tokens, parents, depths, reads
+
+    def _tree_pass(self, chunk: list[int], prompt_ids, targets, trees):
+        """One forward pass over the rows ``chunk`` (prompt, then its prefix tree, under the tree
+        mask): the flat tensor of every target token's log-probability, in target order, and the
+        ``(row, length)`` span of each target. Differentiable unless called under inference mode."""
+        import numpy as np
+
+        torch = self._torch
+        dtype = next(self.model.parameters()).dtype
+        width = max(len(prompt_ids[r]) + len(trees[r][0]) for r in chunk)
+        keep = max(len(trees[r][0]) for r in chunk) + 1
+        ids = np.full((len(chunk), width), self.pad_token_id, dtype=np.int64)
+        pos = np.zeros((len(chunk), width), dtype=np.int64)
+        allow = np.zeros((len(chunk), width, width), dtype=bool)
+        for b, r in enumerate(chunk):
+            tokens, parents, depths, _ = trees[r]
+            n_prompt, n_tree = len(prompt_ids[r]), len(tokens)
+            off = width - n_prompt - n_tree
+            base = off + n_prompt
+            ids[b, off:base] = prompt_ids[r]
+            ids[b, base:] = tokens
+            pos[b, off:base] = np.arange(n_prompt)
+            pos[b, base:] = n_prompt + np.asarray(depths, dtype=np.int64)
+            allow[b, off:base, off:base] = np.tri(n_prompt, dtype=bool)
+            allow[b, base:, off:base] = True
+            tree = allow[b, base:, base:]
+            for k, parent in enumerate(parents):
+                if parent >= 0:
+                    tree[k] = tree[parent]
+                tree[k, k] = True
+            allow[b, np.arange(off), np.arange(off)] = True  # padding sees itself (no empty row)
+        mask = torch.zeros(allow.shape, dtype=dtype)
+        mask.masked_fill_(torch.from_numpy(~allow), torch.finfo(dtype).min)
+        logits, _ = self._forward(torch.from_numpy(ids).to(self.device), mask[:, None].to(self.device),
+                                  torch.from_numpy(pos).to(self.device), keep=keep)
+        logp = torch.log_softmax(logits.float(), dim=-1)
+        rows, cols, toks, spans = [], [], [], []
+        for b, r in enumerate(chunk):
+            n_tree = len(trees[r][0])
+            for t, where in zip(targets[r], trees[r][3]):
+                spans.append((r, len(t)))
+                rows += [b] * len(t)
+                cols += [keep - 1 - n_tree if k < 0 else keep - n_tree + k for k in where]
+                toks += t
+        return logp[torch.tensor(rows), torch.tensor(cols), torch.tensor(toks)], spans
+
+    def candidate_sequence_logprobs(self, prompts: Sequence[str], candidates: Sequence[Sequence[str]], *,
+                                    batch_size: int | None = None) -> list[Any]:
+        """Differentiable: per prompt, a tensor of its candidates' sequence log-probabilities
+        ``sum_j log pi(c_j | prompt, c_<j) + log pi(<end> | prompt, c)`` -- what admissible decoding
+        draws from -- computed like :meth:`score_candidates` (one prefix-tree pass per chunk of
+        prompts) but with gradients, for training. Models that cannot take the tree mask
+        (:attr:`tree_scoring` false) raise ``ValueError``: score their rows one by one.
+        """
+        torch = self._torch
+        if len(prompts) != len(candidates):
+            raise ValueError(f"`candidates` must have one list per prompt; got {len(candidates)} for {len(prompts)}")
+        action_ids = self._candidate_ids(candidates)
+        prompt_ids = [self.encode_prompt(p) for p in prompts]
+        targets = [[ids + [self.eos_token_id] for ids in row] for row in action_ids]
+        if not self._tree_attention:
+            raise ValueError("this model cannot take the tree attention mask (see takes_tree_mask): score its "
+                             "candidates row by row instead")
+        out: list[Any] = [None] * len(prompts)
+        size = batch_size or self.batch_size
+        trees = [self._prefix_tree(t) for t in targets]
+        for s in range(0, len(prompts), size):
+            chunk = list(range(s, min(s + size, len(prompts))))
+            flat, spans = self._tree_pass(chunk, prompt_ids, targets, trees)
+            sums: dict[int, list[Any]] = {r: [] for r in chunk}
+            at = 0
+            for r, n in spans:
+                sums[r].append(flat[at : at + n].sum())
+                at += n
+            for r in chunk:
+                out[r] = torch.stack(sums[r])
+        return out
+
+    @property
+    def tree_scoring(self) -> bool:
+        """Whether candidates are scored in one prefix-tree pass per prompt (:func:`takes_tree_mask`);
+        :meth:`candidate_sequence_logprobs` needs it."""
+        return bool(self._tree_attention)
 
     def _score_cached(self, prompt_ids: list[list[int]], targets: list[list[list[int]]], size: int) -> list[list[list[float]]]:
         """:meth:`_score_tree`'s numbers from the prompts' key/value cache: one pass over a chunk's
