@@ -70,10 +70,11 @@ def _register_stages() -> None:
     from creditaudit.cli.calibrate import calibrate_command
 
     app.command(name="calibrate")(calibrate_command)
-    from creditaudit.cli.ledger import ledger_app, report_command
+    from creditaudit.cli.ledger import ledger_app, report_command, results_command
 
     app.add_typer(ledger_app, name="ledger")
     app.command(name="report")(report_command)
+    app.command(name="results")(results_command)
     from creditaudit.cli.arms import arms_command
 
     app.command(name="arms")(arms_command)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-__all__ = ["ledger_app", "report_command"]
+__all__ = ["ledger_app", "report_command", "results_command"]
 
 ledger_app = typer.Typer(
     name="ledger",
@@ -124,3 +124,22 @@ def report_command(
     result = write_report(run, ledger_path=ledger)
     typer.echo(f"wrote {result.markdown} and {result.html} ({len(result.figures)} figures, "
                f"{result.n_references} ledger references)")
+
+
+def results_command(
+    ledger: Path = typer.Argument(..., help="The audit run's ledger (RUN/ledger/ledger.json or a kept copy)."),
+    arms: Path | None = typer.Option(None, "--arms", help="A training-arms run's ledger: adds the arms' learning "
+                                     "test, C1-C6, dose and divergence beside the paper's."),
+    out: Path = typer.Option(Path("results.md"), "--out", help="Where to write the page."),
+) -> None:
+    """Write the results page: one table per result, this toolkit's value and interval beside the papers', every
+    number taken from the ledgers by name, each ledger's sha256 recorded; and in words where they agree and why not."""
+    from creditaudit.cli.paths import existing_file, file_to_write
+    from creditaudit.ledger.results import write_results
+
+    existing_file(ledger, "LEDGER")
+    if arms is not None:
+        existing_file(arms, "--arms")
+    file_to_write(out, "--out")
+    path = write_results(ledger, out, arms_ledger=arms)
+    typer.echo(f"wrote {path}")

@@ -24,7 +24,8 @@ from creditaudit.errors import CheckFailed, InputError
 from creditaudit.ledger.catalogue import LEDGER_JSON, REPORT_DIR
 from creditaudit.ledger.model import Ledger, code_version, read_ledger
 
-__all__ = ["TEMPLATE_DIR", "ReportResult", "load_ledger_for_report", "render_markdown", "render_html", "write_report"]
+__all__ = ["TEMPLATE_DIR", "ReportResult", "load_ledger_for_report", "render_markdown", "render_html", "template_environment",
+           "write_report"]
 
 TEMPLATE_DIR = Path(__file__).with_name("templates")
 REPORT_MD = f"{REPORT_DIR}/report.md"
@@ -100,7 +101,8 @@ def load_ledger_for_report(run_dir: str | Path, *, ledger_path: str | Path | Non
     return frozen, ledger, path
 
 
-def _environment():
+def template_environment():
+    """The Jinja environment of the templates in :data:`TEMPLATE_DIR` (strict: an undefined name is an error)."""
     import jinja2
 
     return jinja2.Environment(
@@ -137,7 +139,7 @@ def render_markdown(ledger: Ledger, *, figures: dict[str, Any] | None = None) ->
 
     figure_map = {name: None for name in FIGURES}
     figure_map.update(figures or {})
-    template = _environment().get_template("report.md.jinja")
+    template = template_environment().get_template("report.md.jinja")
     try:
         text = template.render(
             n=lambda name: _cell(get(name).text),
@@ -167,7 +169,7 @@ def render_html(markdown_text: str, *, title: str, figure_dir: Path | None = Non
             return f'src="data:image/png;base64,{data}"'
 
         body = re.sub(r'src="figures/([A-Za-z0-9_\-]+\.png)"', embed, body)
-    return _environment().get_template("report.html.jinja").render(title=html.escape(title), body=body)
+    return template_environment().get_template("report.html.jinja").render(title=html.escape(title), body=body)
 
 
 def write_report(run_dir: str | Path, *, ledger_path: str | Path | None = None, signer: Any = None) -> ReportResult:
