@@ -63,6 +63,9 @@ PATH_KINDS: dict[tuple[str, str], str] = {
     ("ledger check", "ledger"): "file-in",
     ("ledger integrity", "run"): "dir-in",
     ("ledger integrity", "ledger"): "file-in",
+    ("results", "ledger"): "file-in",
+    ("results", "arms"): "file-in",
+    ("results", "out"): "file-out",
 }
 
 #: Values of the other parameters while one is varied: paths inside the prepared directory (a
@@ -85,6 +88,7 @@ BASE: dict[str, dict[str, str]] = {
     "ledger verify": {"run": "run"},
     "ledger check": {"run": "run"},
     "ledger integrity": {"run": "run"},
+    "results": {"ledger": "run/protocol.yaml"},
 }
 
 #: Out-of-range or wrong-kind values of options that are not paths.
