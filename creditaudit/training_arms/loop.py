@@ -434,30 +434,41 @@ class ArmsTrainer:
             i += len(group)
         return out
 
-    def _pivotal(self, seed: int, round_: int, tasks, rollouts, arm: str) -> list[np.ndarray]:
-        import pandas as pd
-
-        from creditaudit.replay.engine import ReplaySettings, replay_trajectory
+    def pivotal_settings(self) -> Any:
+        """The replay settings of the pivotal-masked arm's credit: the protocol's replay section with
+        ``pivotal_resolution_n`` rollouts per arm and the arms' rollout temperature."""
+        from creditaudit.replay.engine import ReplaySettings
 
         r = self.protocol.replay
         n = self.args.pivotal_resolution_n
-        settings = ReplaySettings(n_fact=n, n_alternatives=r.n_alternatives, n_alt=n, alt_temperature=r.alt_temperature,
-                                  max_alt_draws=r.max_alt_draws, max_rollouts_per_turn=(1 + r.n_alternatives) * n,
-                                  resolution_alpha=r.resolution_alpha, rollout_temperature=self.args.temperature,
-                                  max_action_tokens=self.args.max_action_tokens)
+        return ReplaySettings(n_fact=n, n_alternatives=r.n_alternatives, n_alt=n, alt_temperature=r.alt_temperature,
+                              max_alt_draws=r.max_alt_draws, max_rollouts_per_turn=(1 + r.n_alternatives) * n,
+                              resolution_alpha=r.resolution_alpha, rollout_temperature=self.args.temperature,
+                              max_action_tokens=self.args.max_action_tokens)
+
+    def _pivotal(self, seed: int, round_: int, tasks, rollouts, arm: str) -> list[np.ndarray]:
+        """Per rollout (task by task), 1.0 on each turn the replay finds pivotal (complete and
+        ``A_replay != 0``), else 0.0. A task's rollouts are replayed together as one group
+        (:func:`~creditaudit.replay.engine.replay_group`: one transition cache and one scoring
+        memory, their arms in lockstep), as the replay stage replays a task's trajectories."""
+        import pandas as pd
+
+        from creditaudit.replay.engine import replay_group
+
+        settings = self.pivotal_settings()
         self.bank.activate(adapter_name(arm, seed))
         out = []
         for k, ((_, _, task), group) in enumerate(zip(tasks, rollouts)):
-            for ro in group:
-                frame = pd.DataFrame({
-                    "trajectory_id": [f"arms-s{seed}-r{round_}-k{k}-g{ro.key}"] * len(ro.turns),
-                    "action": [rec.action for rec in ro.turns],
-                    "state_signature": [rec.state_signature for rec in ro.turns],
-                    "observation": [rec.observation for rec in ro.turns],
-                    "mean_logprob": [None] * len(ro.turns),
-                })
-                result = replay_trajectory(self.env, self.policy, task=task, trajectory=frame,
-                                           protocol_id=self.protocol_id, settings=settings)
+            frames = [pd.DataFrame({
+                "trajectory_id": [f"arms-s{seed}-r{round_}-k{k}-g{ro.key}"] * len(ro.turns),
+                "action": [rec.action for rec in ro.turns],
+                "state_signature": [rec.state_signature for rec in ro.turns],
+                "observation": [rec.observation for rec in ro.turns],
+                "mean_logprob": [None] * len(ro.turns),
+            }) for ro in group]
+            results = replay_group(self.env, self.policy, task=task, trajectories=frames,
+                                   protocol_id=self.protocol_id, settings=settings)
+            for result in results:
                 status = result.turns.column("status").to_pylist()
                 pivotal = result.turns.column("pivotal").to_pylist()
                 out.append(np.array([1.0 if st == "complete" and pv else 0.0 for st, pv in zip(status, pivotal)]))

@@ -255,3 +255,41 @@ def test_the_update_uses_the_distribution_the_policy_acts_from(trained_run):
     assert torch.allclose(rows.detach(), got.detach(), atol=1e-5)
     got.sum().backward()  # differentiable through the tree pass
     assert any(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in policy.model.parameters())
+
+
+def test_the_pivotal_credit_is_each_rollouts_own_replay(arms_run_factory, planted_policy_dir, tmp_path, monkeypatch):
+    """A task's rollouts are replayed together (one group: shared transitions and scores); each
+    rollout's pivotal turns are those a replay of that rollout alone finds (status complete and
+    A_replay != 0)."""
+    import pandas as pd
+
+    from creditaudit.replay.engine import replay_trajectory
+    from creditaudit.training_arms.loop import ArmsTrainer
+
+    run, signer = arms_run_factory(tmp_path, planted_policy_dir,
+                                   arms={"arms": ["outcome_only", "pivotal_masked"], "seeds": 1, "rounds": 1})
+    grouped = ArmsTrainer._pivotal
+    checked = []
+
+    def alone(self, seed, round_, tasks, rollouts, arm):
+        got = grouped(self, seed, round_, tasks, rollouts, arm)
+        settings = self.pivotal_settings()
+        expected = []
+        for k, ((_, _, task), group) in enumerate(zip(tasks, rollouts)):
+            for ro in group:
+                frame = pd.DataFrame({"trajectory_id": [f"arms-s{seed}-r{round_}-k{k}-g{ro.key}"] * len(ro.turns),
+                                      "action": [r.action for r in ro.turns],
+                                      "state_signature": [r.state_signature for r in ro.turns],
+                                      "observation": [r.observation for r in ro.turns],
+                                      "mean_logprob": [None] * len(ro.turns)})
+                result = replay_trajectory(self.env, self.policy, task=task, trajectory=frame,
+                                           protocol_id=self.protocol_id, settings=settings)
+                expected.append([1.0 if s == "complete" and p else 0.0 for s, p in
+                                 zip(result.turns.column("status").to_pylist(), result.turns.column("pivotal").to_pylist())])
+        assert [x.tolist() for x in got] == expected
+        checked.append((sum(len(x) for x in got), sum(float(x.sum()) for x in got)))
+        return got
+
+    monkeypatch.setattr(ArmsTrainer, "_pivotal", alone)
+    run_arms(run / "protocol.yaml", signer)
+    assert checked and checked[0][0] > 0 and checked[0][1] > 0  # some turn is pivotal: the comparison has content
