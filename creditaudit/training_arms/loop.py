@@ -446,26 +446,32 @@ class ArmsTrainer:
                               resolution_alpha=r.resolution_alpha, rollout_temperature=self.args.temperature,
                               max_action_tokens=self.args.max_action_tokens)
 
+    @staticmethod
+    def replay_frame(seed: int, round_: int, k: int, rollout: Rollout) -> Any:
+        """``rollout`` (of task ``k`` in ``round_`` of ``seed``) as the turns frame the replay engine reads."""
+        import pandas as pd
+
+        turns = rollout.turns
+        return pd.DataFrame({
+            "trajectory_id": [f"arms-s{seed}-r{round_}-k{k}-g{rollout.key}"] * len(turns),
+            "action": [rec.action for rec in turns],
+            "state_signature": [rec.state_signature for rec in turns],
+            "observation": [rec.observation for rec in turns],
+            "mean_logprob": [None] * len(turns),
+        })
+
     def _pivotal(self, seed: int, round_: int, tasks, rollouts, arm: str) -> list[np.ndarray]:
         """Per rollout (task by task), 1.0 on each turn the replay finds pivotal (complete and
         ``A_replay != 0``), else 0.0. A task's rollouts are replayed together as one group
         (:func:`~creditaudit.replay.engine.replay_group`: one transition cache and one scoring
         memory, their arms in lockstep), as the replay stage replays a task's trajectories."""
-        import pandas as pd
-
         from creditaudit.replay.engine import replay_group
 
         settings = self.pivotal_settings()
         self.bank.activate(adapter_name(arm, seed))
         out = []
         for k, ((_, _, task), group) in enumerate(zip(tasks, rollouts)):
-            frames = [pd.DataFrame({
-                "trajectory_id": [f"arms-s{seed}-r{round_}-k{k}-g{ro.key}"] * len(ro.turns),
-                "action": [rec.action for rec in ro.turns],
-                "state_signature": [rec.state_signature for rec in ro.turns],
-                "observation": [rec.observation for rec in ro.turns],
-                "mean_logprob": [None] * len(ro.turns),
-            }) for ro in group]
+            frames = [self.replay_frame(seed, round_, k, ro) for ro in group]
             results = replay_group(self.env, self.policy, task=task, trajectories=frames,
                                    protocol_id=self.protocol_id, settings=settings)
             for result in results:

@@ -261,8 +261,6 @@ def test_the_pivotal_credit_is_each_rollouts_own_replay(arms_run_factory, plante
     """A task's rollouts are replayed together (one group: shared transitions and scores); each
     rollout's pivotal turns are those a replay of that rollout alone finds (status complete and
     A_replay != 0)."""
-    import pandas as pd
-
     from creditaudit.replay.engine import replay_trajectory
     from creditaudit.training_arms.loop import ArmsTrainer
 
@@ -277,11 +275,7 @@ def test_the_pivotal_credit_is_each_rollouts_own_replay(arms_run_factory, plante
         expected = []
         for k, ((_, _, task), group) in enumerate(zip(tasks, rollouts)):
             for ro in group:
-                frame = pd.DataFrame({"trajectory_id": [f"arms-s{seed}-r{round_}-k{k}-g{ro.key}"] * len(ro.turns),
-                                      "action": [r.action for r in ro.turns],
-                                      "state_signature": [r.state_signature for r in ro.turns],
-                                      "observation": [r.observation for r in ro.turns],
-                                      "mean_logprob": [None] * len(ro.turns)})
+                frame = self.replay_frame(seed, round_, k, ro)
                 result = replay_trajectory(self.env, self.policy, task=task, trajectory=frame,
                                            protocol_id=self.protocol_id, settings=settings)
                 expected.append([1.0 if s == "complete" and p else 0.0 for s, p in
