@@ -4,6 +4,9 @@ Under a frozen protocol only. The tasks are sampled from the task list with the 
 ``collect/tasks``; each sampled task gets ``collection.group_size`` rollouts that advance in
 lockstep on one engine instance (:mod:`creditaudit.replay.rollout`); the action of rollout ``g`` at
 turn ``t`` of task ``k`` is sampled with the seed of stream ``collect/rollout/<task id>/<g>/<t>``.
+A task's rollouts share one scoring memory (:meth:`~creditaudit.replay.policies.hf.HFPolicy.scoring_memo`),
+so a (prompt, command) pair met again records the log-probabilities it got first: equal turns
+have equal numbers, whatever batch the policy scored them in.
 Before any rollout, one random trajectory is replayed on ``collection.determinism_instances``
 independent engine instances (two episodes each for an environment restored by prefix replay) and
 must hash identically: a nondeterministic environment is refused (exit 1) naming the first step
@@ -38,6 +41,7 @@ from creditaudit.protocol.lock import FrozenProtocol, policy_dir, require_frozen
 from creditaudit.protocol.seeds import SeedStreams
 from creditaudit.protocol.signing import Signer
 from creditaudit.replay.compute import stored_numerics
+from creditaudit.replay.policies.base import scoring_memo
 from creditaudit.replay.records import TRAJECTORIES, TURN_SCHEMA
 from creditaudit.replay.tasks import TaskEntry, environment_plugin, make_environment, prepare_tasks, task_for
 
@@ -283,7 +287,10 @@ def collect(
                 start_rollout(env, g, goal=obs.goal, observation=obs.text, admissible=obs.admissible)
                 for g in range(group)
             ]
-            with stored_numerics():
+            # One scoring memory per task: a (prompt, command) pair met again at a later turn (a
+            # policy that loops, rollouts that meet) gets the numbers it got first, not a rescoring
+            # rounded by another batch, so equal turns record equal log-probabilities.
+            with stored_numerics(), scoring_memo(policy):
                 advance(
                     env, policy, builder, rollouts,
                     seed_for=lambda r, tid=entry.task_id: streams.seed_int(f"collect/rollout/{tid}/{r.key}/{r.steps}"),

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from creditaudit.replay.policies.prompts import PromptBuilder
 
-__all__ = ["DECODINGS", "Turn", "SampledAction", "ActionScore", "ActionPolicy", "candidate_kwargs", "scoring_memo"]
+__all__ = ["DECODINGS", "Turn", "SampledAction", "ActionScore", "ActionPolicy", "candidate_kwargs", "scoring_memo",
+           "distinct_rows"]
 
 DECODINGS = ("free", "admissible", "constrained")
 """How a policy turns its distribution into an action (the protocol's ``policy.decoding``)."""
@@ -124,6 +125,27 @@ def scoring_memo(policy: Any) -> Any:
     from contextlib import nullcontext
 
     return policy.scoring_memo() if hasattr(policy, "scoring_memo") else nullcontext()
+
+
+def distinct_rows(prompts: Sequence[str], actions: Sequence[str]) -> tuple[list[int], list[int]]:
+    """The rows of a scoring call that are scored, and which of them each row takes its numbers from.
+
+    Returns ``(first, source)``: ``first`` lists the index of each distinct ``(prompt, action)``
+    pair's first row, in input order; ``source[i]`` is the position in ``first`` of row ``i``'s
+    pair. A policy scores ``first`` only and gives every repeat its pair's numbers: a batched
+    forward pass rounds a row's floats by the batch it lands in (its padding, its neighbours), so
+    scoring a repeat again would give an equal turn a number differing in the seventh digit, which
+    a within-trajectory rank then orders as if it meant something.
+    """
+    index: dict[tuple[str, str], int] = {}
+    first: list[int] = []
+    source = []
+    for i, key in enumerate(zip(prompts, actions)):
+        k = index.setdefault(key, len(first))
+        if k == len(first):
+            first.append(i)
+        source.append(k)
+    return first, source
 
 
 def candidate_kwargs(policy: Any, admissible: list[tuple[str, ...]]) -> dict[str, Any]:

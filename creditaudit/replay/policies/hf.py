@@ -38,7 +38,7 @@ from typing import Any
 
 from creditaudit.errors import InputError
 from creditaudit.protocol.inputs import TOKENIZER_NAMES, policy_pins, require_dir
-from creditaudit.replay.policies.base import DECODINGS, ActionScore, SampledAction
+from creditaudit.replay.policies.base import DECODINGS, ActionScore, SampledAction, distinct_rows
 from creditaudit.replay.policies.hf_candidates import CandidateDecoding, takes_tree_mask
 from creditaudit.replay.policies.prompts import PromptBuilder
 
@@ -319,12 +319,14 @@ class HFPolicy(CandidateDecoding):
         include_stop : bool, default False
             Also return the log-probability of the end-of-sequence token after the action.
         batch_size : int, optional
-            Rows per forward pass (default: the policy's); results do not depend on it.
+            Rows per forward pass (default: the policy's); results depend on it only in float
+            rounding (about 1e-7).
 
         Returns
         -------
         list of ActionScore
-            One per row, in input order.
+            One per row, in input order. Rows with the same prompt and action are scored once
+            and share their numbers (:func:`~creditaudit.replay.policies.base.distinct_rows`).
 
         Notes
         -----
@@ -334,15 +336,16 @@ class HFPolicy(CandidateDecoding):
         torch = self._torch
         if len(prompts) != len(actions):
             raise ValueError(f"`prompts` and `actions` must have the same length; got {len(prompts)} and {len(actions)}")
-        prompt_ids = [self.encode_prompt(p) for p in prompts]
         action_ids = []
         for i, a in enumerate(actions):
             ids = self.encode_action(a)
             if not ids:
                 raise InputError(f"`actions[{i}]` ({a!r}) tokenizes to no tokens; an action must be a non-empty string")
             action_ids.append(ids)
-        targets = [a + [self.eos_token_id] if include_stop else a for a in action_ids]
-        order = sorted(range(len(prompts)), key=lambda i: len(prompt_ids[i]) + len(targets[i]))
+        first, source = distinct_rows(prompts, actions)
+        prompt_ids = {i: self.encode_prompt(prompts[i]) for i in first}
+        targets = {i: action_ids[i] + [self.eos_token_id] if include_stop else action_ids[i] for i in first}
+        order = sorted(first, key=lambda i: len(prompt_ids[i]) + len(targets[i]))
         results: list[ActionScore | None] = [None] * len(prompts)
         with torch.inference_mode():
             for chunk in self._chunks(len(order), order, batch_size):
@@ -362,7 +365,7 @@ class HFPolicy(CandidateDecoding):
                     values = pred.gather(-1, tgt[:, None])[:, 0].double().cpu().tolist()
                     stop = values.pop() if include_stop else None
                     results[i] = ActionScore(tuple(action_ids[i]), tuple(values), stop)
-        return results  # type: ignore[return-value]
+        return [results[first[k]] for k in source]  # type: ignore[misc]
 
     # ---------------------------------------------------------------- sampling
 

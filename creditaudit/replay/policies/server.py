@@ -43,7 +43,7 @@ from typing import Any
 
 from creditaudit.errors import InputError
 from creditaudit.protocol.canonical import canonical_bytes, sha256_bytes
-from creditaudit.replay.policies.base import DECODINGS, ActionScore, SampledAction
+from creditaudit.replay.policies.base import DECODINGS, ActionScore, SampledAction, distinct_rows
 from creditaudit.replay.policies.hf_candidates import CandidateDecoding
 from creditaudit.replay.policies.prompts import PromptBuilder
 
@@ -362,7 +362,8 @@ class ServerPolicy(CandidateDecoding):
               batch_size: int | None = None) -> list[ActionScore]:
         """Token-level log-probabilities (temperature 1) of ``actions[i]`` after ``prompts[i]`` (see
         :meth:`HFPolicy.score <creditaudit.replay.policies.hf.HFPolicy.score>`; ``batch_size`` is
-        ignored: rows per request is the protocol's ``policy.server.batch_size``)."""
+        ignored: rows per request is the protocol's ``policy.server.batch_size``; rows with the same
+        prompt and action are sent once and share their numbers)."""
         if len(prompts) != len(actions):
             raise ValueError(f"`prompts` and `actions` must have the same length; got {len(prompts)} and {len(actions)}")
         action_ids = []
@@ -371,14 +372,15 @@ class ServerPolicy(CandidateDecoding):
             if not ids:
                 raise InputError(f"`actions[{i}]` ({a!r}) tokenizes to no tokens; an action must be a non-empty string")
             action_ids.append(ids)
-        targets = [a + [self.eos_token_id] if include_stop else a for a in action_ids]
-        values = self._target_logprobs([self.encode_prompt(p) for p in prompts], targets)
+        first, source = distinct_rows(prompts, actions)
+        targets = [action_ids[i] + [self.eos_token_id] if include_stop else action_ids[i] for i in first]
+        values = self._target_logprobs([self.encode_prompt(prompts[i]) for i in first], targets)
         out = []
-        for ids, v in zip(action_ids, values):
+        for i, v in zip(first, values):
             v = list(v)
             stop = v.pop() if include_stop else None
-            out.append(ActionScore(tuple(ids), tuple(v), stop))
-        return out
+            out.append(ActionScore(tuple(action_ids[i]), tuple(v), stop))
+        return [out[k] for k in source]
 
     def _score_cached(self, prompt_ids: list[list[int]], targets: list[list[list[int]]], size: int) -> list[list[list[float]]]:
         """Candidate scores for :meth:`score_candidates` (every (prompt, candidate) row to the server)."""

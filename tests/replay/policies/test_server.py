@@ -236,6 +236,10 @@ def test_logprobs_equal_in_process_to_1e4(reference_server, planted_policy_dir, 
     hind = policy.score(prompts, [c[0] for c in cands])
     ref = local.score(prompts, [c[0] for c in cands])
     assert max(abs(a.mean_logprob - b.mean_logprob) for a, b in zip(hind, ref)) < 1e-4
+    # a row repeated in one call is sent once and its repeats share its numbers
+    sent = policy.stats["rows"]
+    again = policy.score([prompts[0] + "\n"] * 3, [cands[0][-1]] * 3)
+    assert again[0] == again[1] == again[2] and policy.stats["rows"] == sent + 1
     # admissible decoding draws here with the row's seed: the same actions as in process
     seeds = [11, 12, 13, 14, 15, 16]
     got = policy.sample(prompts, seeds=seeds, temperature=0.7, candidates=cands)
